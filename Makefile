@@ -1,0 +1,54 @@
+# The two commands a user needs: `make run` and `make test`. Both set up
+# everything themselves on a fresh Debian machine with Python >= 3.11.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive sh -c \
+	'apt-get update -qq && apt-get install -y -qq --no-install-recommends "$$@"' apt-install
+
+.PHONY: run test lint typecheck unit bench system-deps venv clean
+
+## run: a local 3-node cluster on loopback
+run: $(STAMP)
+	$(BIN)/rkv up
+
+## test: lint, types, import rules and every test tier
+test: system-deps $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python bench/storage.py
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "rkv needs Python >= 3.11 (set PYTHON=...)"; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || $(APT_INSTALL) python3-venv
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[spark,test]'
+	touch $@
+
+# Java for Spark (local mode) and a real redis-server for the Redis tests.
+system-deps:
+	@command -v java >/dev/null 2>&1 || $(APT_INSTALL) openjdk-17-jre-headless
+	@command -v redis-server >/dev/null 2>&1 || $(APT_INSTALL) redis-server
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,192 @@
+"""The segmented, append-only commit log.
+
+Every mutation the state machine applies becomes a record here first; LMDB is
+only a cache of this log. Offsets are strictly increasing and never reused
+(compaction, later, removes records but never renumbers them), so a record's
+offset is the version of its key.
+
+Concurrency: one writer (the apply thread) appends; any number of readers may
+iterate at the same time. A reader sees the segments and sizes as they were
+when its iteration reached them, never a half-written batch.
+
+Durability: with :attr:`FsyncPolicy.ALWAYS` every append is fsynced; with
+``ON_SYNC`` the owner calls :meth:`CommitLog.sync` at its durability point.
+Closing a segment always fsyncs it, its index and the directory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from node.errors import StorageError
+from node.keyspace import MAX_KEY_BYTES
+from node.record import Record, encode_record, max_record_bytes
+from node.segment import LOG_SUFFIX, Segment
+from node.storage_config import FsyncPolicy, StorageConfig
+
+logger = logging.getLogger(__name__)
+
+FIRST_OFFSET = 1
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CommitLog:
+    def __init__(self, directory: Path, config: StorageConfig) -> None:
+        """Open (or create) the log in ``directory``; use :meth:`open`."""
+        self.directory = directory
+        self._config = config
+        self._max_record_bytes = max_record_bytes(config.max_value_bytes, MAX_KEY_BYTES)
+        self._lock = threading.Lock()
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+
+    @classmethod
+    def open(cls, directory: Path, config: StorageConfig) -> CommitLog:
+        log = cls(directory, config)
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.tmp"):
+            stale.unlink()
+        paths = sorted(directory.glob("*" + LOG_SUFFIX))
+        for i, path in enumerate(paths):
+            if not path.stem.isdigit():
+                raise StorageError(f"unexpected file in the commit log directory: {path}")
+            active = i == len(paths) - 1
+            log._segments.append(
+                Segment.open_existing(
+                    path, config.index_interval_bytes, log._max_record_bytes, active
+                )
+            )
+        if not log._segments:
+            log._segments.append(log._create_segment(FIRST_OFFSET))
+        log._bases = [s.base_offset for s in log._segments]
+        for before, after in zip(log._segments, log._segments[1:], strict=False):
+            if (
+                not before.is_empty
+                and not after.is_empty
+                and after.first_offset <= before.last_offset
+            ):
+                raise StorageError(
+                    f"segments overlap: {before.log_path} ends at {before.last_offset}, "
+                    f"{after.log_path} starts at {after.first_offset}"
+                )
+        return log
+
+    def _create_segment(self, base_offset: int) -> Segment:
+        segment = Segment.create(
+            self.directory,
+            base_offset,
+            self._config.index_interval_bytes,
+            self._max_record_bytes,
+        )
+        fsync_directory(self.directory)
+        return segment
+
+    # -- positions ---------------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def last_offset(self) -> int:
+        """The highest offset in the log, 0 if it has no record."""
+        for segment in reversed(self._segments):
+            if not segment.is_empty:
+                return segment.last_offset
+        return 0
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record must have at least."""
+        return max(self.active.base_offset, self.last_offset + 1)
+
+    @property
+    def first_offset(self) -> int:
+        """The lowest offset in the log, 0 if it has no record."""
+        for segment in self._segments:
+            if not segment.is_empty:
+                return segment.first_offset
+        return 0
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- writing -----------------------------------------------------------------
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Append records with strictly increasing offsets above the current head."""
+        if not records:
+            return
+        expected = self.next_offset
+        encoded: list[tuple[int, bytes]] = []
+        for record in records:
+            if record.offset < expected:
+                raise ValueError(
+                    f"record offset {record.offset} is not above the log head ({expected - 1})"
+                )
+            expected = record.offset + 1
+            encoded.append((record.offset, encode_record(record)))
+        self.append_encoded(encoded)
+
+    def append_encoded(self, encoded: Sequence[tuple[int, bytes]]) -> None:
+        """Append already-encoded ``(offset, bytes)`` records (the apply hot path)."""
+        if self.active.size >= self._config.segment_bytes and not self.active.is_empty:
+            self.roll()
+        self.active.append(encoded)
+        if self._config.fsync is FsyncPolicy.ALWAYS:
+            self.active.sync()
+
+    def roll(self) -> None:
+        """Close the active segment and start a new one at the next offset."""
+        if self.active.is_empty:
+            return
+        base = self.next_offset
+        self.active.close()
+        segment = self._create_segment(base)
+        with self._lock:
+            self._segments.append(segment)
+            self._bases.append(base)
+        logger.info("commit log rolled to segment %s", segment.log_path.name)
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        self.active.sync()
+
+    def close(self) -> None:
+        self.active.sync()
+
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, from_offset: int = FIRST_OFFSET) -> Iterator[Record]:
+        """Records with offset >= ``from_offset`` in offset order.
+
+        If ``from_offset`` itself is absent the first record is the next greater
+        offset. Records appended while iterating may or may not be included.
+        """
+        with self._lock:
+            segments = list(self._segments)
+            bases = list(self._bases)
+        first = max(bisect.bisect_right(bases, from_offset) - 1, 0)
+        for i in range(first, len(segments)):
+            segment = segments[i]
+            if segment.is_empty or segment.last_offset < from_offset:
+                continue
+            end = segment.size
+            yield from segment.read_from(from_offset, end)

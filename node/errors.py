@@ -10,6 +10,7 @@ never for business outcomes of applied commands (a failed compare-and-set is a
     ├── StorageError              the data directory cannot be used
     │   ├── CorruptLogError       a record fails its checksum outside the torn tail
     │   └── StoreError            LMDB refused an operation
+    │       └── StoreCorruptError LMDB's files are damaged (rebuilt from the log)
     └── ConfigError               invalid configuration value
 """
 
@@ -50,6 +51,10 @@ class CorruptLogError(StorageError):
 
 class StoreError(StorageError):
     """LMDB refused an operation."""
+
+
+class StoreCorruptError(StoreError):
+    """LMDB's files are damaged; the commit log can rebuild them."""
 
 
 class ConfigError(RkvError):

@@ -21,15 +21,14 @@ from __future__ import annotations
 import shutil
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import NamedTuple, cast
 
 import lmdb
 
-from node.errors import StoreError
+from node.errors import StoreCorruptError, StoreError
 from node.keyspace import RESERVED_PREFIX
 from node.record import Record, RecordOp
 
@@ -42,11 +41,14 @@ _RESERVED_END = RESERVED_PREFIX[:-1] + bytes((RESERVED_PREFIX[-1] + 1,))
 _MAX_GROWTHS = 16
 
 
-@dataclass(frozen=True, slots=True)
-class StoredValue:
+class StoredValue(NamedTuple):
     version: int
     create_version: int
     value: bytes
+
+
+Change = tuple[bytes, StoredValue | None]
+"""A decided change to one key: its new stored value, or None for a delete."""
 
 
 def _decode_value(raw: bytes) -> StoredValue:
@@ -168,9 +170,11 @@ class LmdbStore:
                 readahead=False,
                 max_readers=256,
             )
+            return cls(env, path)
+        except (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError) as exc:
+            raise StoreCorruptError(f"LMDB at {path} is damaged: {exc}") from exc
         except lmdb.Error as exc:
             raise StoreError(f"cannot open LMDB at {path}: {exc}") from exc
-        return cls(env, path)
 
     @staticmethod
     def destroy(path: Path) -> None:
@@ -196,16 +200,34 @@ class LmdbStore:
 
     # -- writing (only the apply thread) -----------------------------------------
 
-    def apply(self, records: Sequence[Record], applied_index: int) -> None:
-        """Apply log records and advance the applied index, in one write transaction.
+    def write(self, changes: Sequence[Change], applied_index: int, applied_offset: int) -> None:
+        """Write decided changes (key -> new value, or None to delete) and advance
+        the applied index and offset, in one write transaction."""
+        self._retrying_on_full_map(
+            lambda txn: self._put_changes(txn, changes), applied_index, applied_offset
+        )
 
-        A put keeps the key's create_version if the key exists, otherwise starts
-        it at the record's offset; a tombstone removes the key.
-        """
+    def apply_records(self, records: Sequence[Record], applied_index: int) -> None:
+        """Apply log records (replay): a put keeps the key's create_version if the
+        key exists, otherwise starts it at the record's offset; a tombstone
+        removes the key."""
         applied_offset = records[-1].offset if records else self.applied_offset
+        self._retrying_on_full_map(
+            lambda txn: self._put_records(txn, records), applied_index, applied_offset
+        )
+
+    def _retrying_on_full_map(
+        self,
+        body: Callable[[lmdb.Transaction], None],
+        applied_index: int,
+        applied_offset: int,
+    ) -> None:
         for _ in range(_MAX_GROWTHS):
             try:
-                self._write(records, applied_index, applied_offset)
+                with self._env.begin(write=True) as txn:
+                    body(txn)
+                    txn.put(_APPLIED_INDEX, _U64.pack(applied_index), db=self._meta)
+                    txn.put(_APPLIED_OFFSET, _U64.pack(applied_offset), db=self._meta)
             except lmdb.MapFullError:
                 self._grow()
                 continue
@@ -216,20 +238,26 @@ class LmdbStore:
             return
         raise StoreError(f"LMDB map in {self.path} is still full after growing to {self.map_size}")
 
-    def _write(self, records: Sequence[Record], applied_index: int, applied_offset: int) -> None:
+    def _put_changes(self, txn: lmdb.Transaction, changes: Sequence[Change]) -> None:
         data = self._data
         pack = _VALUE_HEADER.pack
-        with self._env.begin(write=True) as txn:
-            for record in records:
-                key = record.key
-                if record.op is RecordOp.PUT:
-                    old = txn.get(key, db=data)
-                    create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
-                    txn.put(key, pack(record.offset, create) + record.value, db=data)
-                else:
-                    txn.delete(key, db=data)
-            txn.put(_APPLIED_INDEX, _U64.pack(applied_index), db=self._meta)
-            txn.put(_APPLIED_OFFSET, _U64.pack(applied_offset), db=self._meta)
+        for key, new in changes:
+            if new is None:
+                txn.delete(key, db=data)
+            else:
+                txn.put(key, pack(new.version, new.create_version) + new.value, db=data)
+
+    def _put_records(self, txn: lmdb.Transaction, records: Sequence[Record]) -> None:
+        data = self._data
+        pack = _VALUE_HEADER.pack
+        for record in records:
+            key = record.key
+            if record.op is RecordOp.PUT:
+                old = txn.get(key, db=data)
+                create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
+                txn.put(key, pack(record.offset, create) + record.value, db=data)
+            else:
+                txn.delete(key, db=data)
 
     def _grow(self) -> None:
         with self._gate.resizing():

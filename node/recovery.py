@@ -2,27 +2,33 @@
 
 Layout of a data directory::
 
-    <data_dir>/log/     commit-log segments (the source of truth)
-    <data_dir>/state/   LMDB (a cache of the log)
+    <data_dir>/log/          commit-log segments (the source of truth)
+    <data_dir>/state/        LMDB (a cache of the log)
+    <data_dir>/state.owner   who has LMDB open: the machine's boot id, or "closed"
 
-On open, records after LMDB's applied offset are replayed into LMDB. If LMDB
-claims an offset the log does not have (possible only if the log lost an
-unsynced tail in a power loss while LMDB's pages reached the disk), LMDB is
-discarded and rebuilt from the log, because the log is what the cluster
-agreed on.
+LMDB runs without fsync on commit. A process crash loses nothing (its pages
+are in the kernel), but a machine crash can leave LMDB's files damaged. So
+LMDB is discarded and rebuilt from the log when:
+
+- it was left open (not "closed") by an earlier boot of the machine;
+- LMDB reports its files damaged;
+- it claims an offset the log does not have (the log lost an unsynced tail
+  in a power loss while LMDB's pages reached the disk).
+
+Otherwise the records after LMDB's applied offset are replayed into it.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from node.commit_log import CommitLog
+from node.errors import StoreCorruptError
 from node.lmdb_store import LmdbStore
-from node.record import Record
+from node.replay import ReplayProgress, replay
 from node.state_machine import StateMachine
 from node.storage_config import StorageConfig
 
@@ -30,26 +36,64 @@ logger = logging.getLogger(__name__)
 
 LOG_DIR = "log"
 STATE_DIR = "state"
-_REPLAY_CHUNK = 5000
-_PROGRESS_SECONDS = 2.0
-
-ReplayProgress = Callable[[int, int], None]
-"""Called with (records replayed so far, offset reached)."""
+OWNER_FILE = "state.owner"
+_CLOSED = "closed"
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 @dataclass
 class NodeStorage:
+    data_dir: Path
     commit_log: CommitLog
     store: LmdbStore
     state_machine: StateMachine
     replayed_records: int
 
     def sync(self) -> None:
+        """Make every applied entry durable (the commit log; LMDB is rebuilt from it)."""
         self.commit_log.sync()
 
     def close(self) -> None:
         self.commit_log.close()
         self.store.close()
+        _write_owner(self.data_dir, _CLOSED)
+
+
+def current_boot_id() -> str:
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:  # not Linux: treat every open as a new boot (always distrust)
+        return f"unknown-{os.getpid()}"
+
+
+def _write_owner(data_dir: Path, owner: str) -> None:
+    path = data_dir / OWNER_FILE
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(owner)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _lmdb_trusted(data_dir: Path, boot_id: str) -> bool:
+    try:
+        owner = (data_dir / OWNER_FILE).read_text().strip()
+    except FileNotFoundError:
+        return True  # a new data directory, or LMDB never opened
+    return owner in (_CLOSED, boot_id)
+
+
+def _open_store(data_dir: Path, config: StorageConfig, rebuild: bool) -> LmdbStore:
+    path = data_dir / STATE_DIR
+    if rebuild:
+        LmdbStore.destroy(path)
+    try:
+        return LmdbStore.open(path, config.lmdb_map_size)
+    except StoreCorruptError as exc:
+        logger.warning("%s: rebuilding LMDB from the commit log", exc)
+        LmdbStore.destroy(path)
+        return LmdbStore.open(path, config.lmdb_map_size)
 
 
 def open_storage(
@@ -57,8 +101,13 @@ def open_storage(
 ) -> NodeStorage:
     data_dir.mkdir(parents=True, exist_ok=True)
     commit_log = CommitLog.open(data_dir / LOG_DIR, config)
-    store_path = data_dir / STATE_DIR
-    store = LmdbStore.open(store_path, config.lmdb_map_size)
+    boot_id = current_boot_id()
+    trusted = _lmdb_trusted(data_dir, boot_id)
+    if not trusted:
+        logger.warning(
+            "LMDB was open when the machine went down: rebuilding it from the commit log"
+        )
+    store = _open_store(data_dir, config, rebuild=not trusted)
     if store.applied_offset > commit_log.last_offset:
         logger.warning(
             "LMDB has applied offset %d but the commit log ends at %d: "
@@ -67,50 +116,10 @@ def open_storage(
             commit_log.last_offset,
         )
         store.close()
-        LmdbStore.destroy(store_path)
-        store = LmdbStore.open(store_path, config.lmdb_map_size)
+        store = _open_store(data_dir, config, rebuild=True)
+    _write_owner(data_dir, boot_id)
     replayed = replay(commit_log, store, progress)
-    machine = StateMachine(commit_log, store, config.max_value_bytes)
-    return NodeStorage(commit_log, store, machine, replayed)
-
-
-def replay(commit_log: CommitLog, store: LmdbStore, progress: ReplayProgress | None = None) -> int:
-    """Apply every log record after LMDB's applied offset; returns how many."""
-    start = time.monotonic()
-    last_report = start
-    replayed = 0
-    chunk: list[Record] = []
-
-    def flush() -> None:
-        nonlocal replayed
-        store.apply(chunk, max(store.applied_index, chunk[-1].raft_index))
-        replayed += len(chunk)
-        chunk.clear()
-
-    for record in commit_log.read(store.applied_offset + 1):
-        chunk.append(record)
-        if len(chunk) >= _REPLAY_CHUNK:
-            flush()
-            now = time.monotonic()
-            if progress is not None:
-                progress(replayed, store.applied_offset)
-            if now - last_report >= _PROGRESS_SECONDS:
-                last_report = now
-                logger.info(
-                    "replaying commit log: %d records, at offset %d of %d (%.0f records/s)",
-                    replayed,
-                    store.applied_offset,
-                    commit_log.last_offset,
-                    replayed / (now - start),
-                )
-    if chunk:
-        flush()
     if replayed:
-        logger.info(
-            "replayed %d records into LMDB in %.2fs (applied offset %d)",
-            replayed,
-            time.monotonic() - start,
-            store.applied_offset,
-        )
         store.sync()
-    return replayed
+    machine = StateMachine(commit_log, store, config.max_value_bytes)
+    return NodeStorage(data_dir, commit_log, store, machine, replayed)

@@ -8,7 +8,7 @@ would make the node retry the same entry forever.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class ResultCode(enum.Enum):
@@ -22,8 +22,7 @@ class ResultCode(enum.Enum):
     ALREADY_APPLIED = "already_applied"
 
 
-@dataclass(frozen=True, slots=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     """``version`` is the offset the command wrote (or, for a barrier, the applied
     offset); ``current_version`` is the key's version when a condition failed."""
 

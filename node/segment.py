@@ -215,17 +215,25 @@ class Segment:
     # -- writing ---------------------------------------------------------------
 
     def append(self, records: Sequence[tuple[int, bytes]]) -> None:
-        """Append ``(offset, encoded record)`` pairs with one write."""
+        """Append ``(offset, encoded record)`` pairs with one write.
+
+        If the write fails (a full disk), the file is cut back to where it was,
+        so a later append never lands after half a batch.
+        """
         if self._fd is None:
             raise RuntimeError(f"segment {self.log_path} is closed for appends")
-        position = self.size
-        for offset, data in records:
-            self._note_record(offset, position)
-            position += len(data)
         data = b"".join(d for _, d in records)
-        written = os.write(self._fd, data)
-        while written < len(data):  # os.write may write less than asked
-            written += os.write(self._fd, data[written:])
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):  # os.write may write less than asked
+                written += os.write(self._fd, data[written:])
+        except OSError:
+            os.ftruncate(self._fd, self.size)
+            raise
+        position = self.size
+        for offset, encoded in records:
+            self._note_record(offset, position)
+            position += len(encoded)
         self.size = position
 
     def sync(self) -> None:

@@ -16,7 +16,7 @@ import pytest
 from node.commands import Batch, Command, Delete, Put, encode_entry
 from node.lmdb_store import LmdbStore
 from node.record import Record, RecordOp, encode_record
-from node.recovery import LOG_DIR, STATE_DIR, NodeStorage, open_storage
+from node.recovery import LOG_DIR, OWNER_FILE, STATE_DIR, NodeStorage, current_boot_id, open_storage
 from node.storage_config import FsyncPolicy, StorageConfig
 
 
@@ -184,3 +184,125 @@ def test_fsync_policy_decides_when_appends_are_synced(
     assert len(calls) == expected + 1
     monkeypatch.undo()
     storage.close()
+
+
+def test_retry_after_a_failed_lmdb_write_does_not_duplicate_records(
+    tmp_path: Path, small_config: StorageConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raft retries an entry whose apply raised; the replica must match one that never failed."""
+    failing = open_storage(tmp_path / "failing", small_config)
+    clean = open_storage(tmp_path / "clean", small_config)
+    entries = [
+        encode_entry(Batch((Put(b"a", b"%d" % i), Put(b"b%d" % i, b"x")), i)) for i in range(1, 6)
+    ]
+    real_write = failing.store.write
+    calls = {"n": 0}
+
+    def write_failing_once(*args: object, **kwargs: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(28, "No space left on device")
+        real_write(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(failing.store, "write", write_failing_once)
+    for index, entry in enumerate(entries, start=1):
+        clean.state_machine.apply(index, entry)
+        try:
+            failing.state_machine.apply(index, entry)
+        except OSError:
+            failing.state_machine.apply(index, entry)  # what pysyncobj does: the same entry again
+    assert calls["n"] >= 5
+    assert snapshot(failing) == snapshot(clean)
+    failing_log = [(r.offset, r.raft_index, r.key) for r in failing.commit_log.read(1)]
+    clean_log = [(r.offset, r.raft_index, r.key) for r in clean.commit_log.read(1)]
+    assert failing_log == clean_log
+    failing.close()
+    clean.close()
+
+
+def test_a_failed_log_write_leaves_no_half_batch(
+    tmp_path: Path, small_config: StorageConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = open_storage(tmp_path, small_config)
+    storage.state_machine.apply(1, encode_entry(Batch((Put(b"k", b"1"),), 1)))
+    real_write = os.write
+
+    def half_then_enospc(fd: int, data: bytes) -> int:
+        real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_enospc)
+    with pytest.raises(OSError):
+        storage.state_machine.apply(2, encode_entry(Batch((Put(b"k", b"2"), Put(b"j", b"3")), 2)))
+    monkeypatch.undo()
+    storage.state_machine.apply(2, encode_entry(Batch((Put(b"k", b"2"), Put(b"j", b"3")), 2)))
+    assert [(r.offset, r.value) for r in storage.commit_log.read(1)] == [
+        (1, b"1"),
+        (2, b"2"),
+        (3, b"3"),
+    ]
+    storage.close()
+    reopened = open_storage(tmp_path, small_config)  # no torn tail, no corruption
+    assert reopened.commit_log.last_offset == 3
+    reopened.close()
+
+
+def test_open_and_close_release_every_file_descriptor(
+    tmp_path: Path, small_config: StorageConfig
+) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    storage = open_storage(tmp_path, small_config)
+    fill(storage, 50)
+    storage.close()
+    before = open_fds()
+    for _ in range(20):
+        open_storage(tmp_path, small_config).close()
+    assert open_fds() == before
+
+
+def test_lmdb_left_open_by_an_earlier_boot_is_rebuilt(
+    tmp_path: Path, small_config: StorageConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = open_storage(tmp_path, small_config)
+    fill(storage, 40)
+    expected = snapshot(storage)
+    storage.commit_log.close()  # the machine lost power: LMDB was never closed cleanly
+    storage.store.close()  # (py-lmdb will not open one environment twice in a process)
+    (tmp_path / OWNER_FILE).write_text("a-boot-id-from-before-the-power-loss")
+    with caplog.at_level(logging.WARNING):
+        reopened = open_storage(tmp_path, small_config)
+    assert "LMDB was open when the machine went down" in caplog.text
+    assert reopened.replayed_records == sum(1 for _ in reopened.commit_log.read(1))
+    assert snapshot(reopened) == expected
+    reopened.close()
+
+
+def test_lmdb_left_open_by_this_boot_is_trusted(
+    tmp_path: Path, small_config: StorageConfig
+) -> None:
+    storage = open_storage(tmp_path, small_config)
+    fill(storage, 40)
+    storage.commit_log.close()  # kill -9: the owner file still names this boot
+    storage.store.close()
+    assert (tmp_path / OWNER_FILE).read_text() == current_boot_id()
+    reopened = open_storage(tmp_path, small_config)
+    assert reopened.replayed_records == 0
+    reopened.close()
+
+
+def test_damaged_lmdb_files_are_rebuilt_from_the_log(
+    tmp_path: Path, small_config: StorageConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = open_storage(tmp_path, small_config)
+    fill(storage, 40)
+    expected = snapshot(storage)
+    storage.close()
+    data_file = tmp_path / STATE_DIR / "data.mdb"
+    data_file.write_bytes(b"\xde\xad" * 8192)
+    with caplog.at_level(logging.WARNING):
+        reopened = open_storage(tmp_path, small_config)
+    assert "rebuilding LMDB from the commit log" in caplog.text
+    assert snapshot(reopened) == expected
+    reopened.close()

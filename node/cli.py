@@ -8,8 +8,11 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from node.errors import RkvError
+from node.cluster_runner import RAFT_PORT_OFFSET, run_cluster
+from node.errors import ConfigError, RkvError
 from node.recovery import open_storage
+from node.server import run_node
+from node.settings import add_node_arguments, node_config
 from node.storage_config import StorageConfig
 
 
@@ -21,11 +24,23 @@ def _version() -> str:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    print(
-        "rkv: the local cluster (`rkv up`: raft replication, the REST API, the client)\n"
-        "arrives with the next issue. The storage core is here today:\n"
-        "  rkv check --data-dir DIR    open a data directory, recover it, print its state"
-    )
+    if not 1 <= args.nodes <= 9:
+        print("rkv: --nodes must be between 1 and 9", file=sys.stderr)
+        return 2
+    if not 1024 <= args.base_port <= 65535 - RAFT_PORT_OFFSET - args.nodes:
+        print("rkv: --base-port must leave room for the HTTP and raft ports", file=sys.stderr)
+        return 2
+    return run_cluster(args.nodes, args.data_dir, args.base_port, list(args.node_args or []))
+
+
+def _cmd_node(args: argparse.Namespace) -> int:
+    try:
+        config = node_config(args)
+    except ConfigError as exc:
+        print(f"rkv node: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger().setLevel(config.log_level)
+    run_node(config)
     return 0
 
 
@@ -65,8 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rkv {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="run a local cluster (arrives with the cluster issue)")
+    up = sub.add_parser("up", help="run a local cluster on loopback in the foreground")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--data-dir", type=Path, default=Path("rkv-data"))
+    up.add_argument("--base-port", type=int, default=8001, help="node i serves HTTP on this + i")
+    up.add_argument(
+        "--node-arg", dest="node_args", action="append", help="extra flag for every node"
+    )
     up.set_defaults(func=_cmd_up)
+    node = sub.add_parser("node", help="run one node (flags or RKV_* variables)")
+    add_node_arguments(node)
+    node.set_defaults(func=_cmd_node)
     check = sub.add_parser("check", help="open and recover a data directory, print its state")
     check.add_argument("--data-dir", type=Path, required=True)
     check.set_defaults(func=_cmd_check)
@@ -76,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if args.verbose or args.command in ("node", "up") else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:

@@ -131,18 +131,20 @@ class CommitLog:
     # -- writing -----------------------------------------------------------------
 
     def append(self, records: Sequence[Record]) -> None:
-        """Append records with strictly increasing offsets above the current head."""
+        """Append the records of one raft entry, offsets strictly increasing above
+        the head, in one write; the last one carries the end-of-entry flag."""
         if not records:
             return
         expected = self.next_offset
         encoded: list[tuple[int, bytes]] = []
-        for record in records:
+        last = len(records) - 1
+        for i, record in enumerate(records):
             if record.offset < expected:
                 raise ValueError(
                     f"record offset {record.offset} is not above the log head ({expected - 1})"
                 )
             expected = record.offset + 1
-            encoded.append((record.offset, encode_record(record)))
+            encoded.append((record.offset, encode_record(record, last_of_entry=i == last)))
         if self.active.size >= self._config.segment_bytes:
             self.roll()
         self.active.append(encoded)

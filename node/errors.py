@@ -1,17 +1,32 @@
 """rkv's exception tree.
 
-Exceptions are for things that are wrong with the node or the caller's code,
-never for business outcomes of applied commands (a failed compare-and-set is a
-:class:`node.results.CommandResult`, not an exception)::
+Exceptions are for things that are wrong with the node or a request, never
+for business outcomes inside apply (a failed compare-and-set is a
+:class:`node.results.CommandResult` there; the service turns it into
+:class:`VersionConflict` for its caller)::
 
     RkvError
-    ├── EntryDecodeError          bytes that are not an entry this node can read
+    ├── EntryDecodeError              bytes that are not an entry this node can read
     │   └── UnsupportedEntryVersion   an entry written by a newer (or unknown) format
-    ├── StorageError              the data directory cannot be used
-    │   ├── CorruptLogError       a record fails its checksum outside the torn tail
-    │   └── StoreError            LMDB refused an operation
-    │       └── StoreCorruptError LMDB's files are damaged (rebuilt from the log)
-    └── ConfigError               invalid configuration value
+    ├── StorageError                  the data directory cannot be used
+    │   ├── CorruptLogError           a record fails its checksum outside the torn tail
+    │   └── StoreError                LMDB refused an operation
+    │       └── StoreCorruptError     LMDB's files are damaged (rebuilt from the log)
+    ├── ConfigError                   invalid configuration value
+    └── RequestError                  a request could not be served; ``code`` is stable
+        ├── InvalidRequest            malformed input (bad key, bad parameter)
+        ├── PayloadTooLarge           a value or body over the limit
+        ├── KeyNotFound               the key does not exist
+        ├── VersionConflict           a precondition on the key's version failed
+        ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
+        └── Unavailable               the cluster cannot serve it now
+            ├── NotApplied            the write was definitely not applied; retry is safe
+            ├── UnknownOutcome        the write may or may not have been applied
+            ├── Overloaded            too many requests in flight; retry after a pause
+            └── NodeNotReady          this node is catching up or stalled
+
+Domain errors carry a machine ``code`` and never an HTTP status: the HTTP
+layer maps them in one table.
 """
 
 from __future__ import annotations
@@ -59,3 +74,68 @@ class StoreCorruptError(StoreError):
 
 class ConfigError(RkvError):
     """A configuration value is invalid."""
+
+
+class RequestError(RkvError):
+    """A request could not be served. ``code`` is stable; the message is for people."""
+
+    code = "request_error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class InvalidRequest(RequestError):
+    code = "invalid_request"
+
+
+class PayloadTooLarge(RequestError):
+    code = "payload_too_large"
+
+
+class KeyNotFound(RequestError):
+    code = "not_found"
+
+
+class VersionConflict(RequestError):
+    code = "version_conflict"
+
+    def __init__(self, message: str, current_version: int) -> None:
+        super().__init__(message)
+        self.current_version = current_version
+
+
+class NotLeader(RequestError):
+    code = "not_leader"
+
+    def __init__(self, message: str, leader_url: str | None) -> None:
+        super().__init__(message)
+        self.leader_url = leader_url
+
+
+class Unavailable(RequestError):
+    code = "unavailable"
+    retry_after: float | None = None
+
+
+class NotApplied(Unavailable):
+    code = "not_applied"
+
+
+class UnknownOutcome(Unavailable):
+    code = "unknown_outcome"
+
+
+class Overloaded(Unavailable):
+    code = "overloaded"
+    retry_after = 1.0
+
+
+class NodeNotReady(Unavailable):
+    code = "node_not_ready"

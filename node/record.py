@@ -7,7 +7,8 @@
     offset      u64   monotonic, never reused; the key's version after this write
     raft_index  u64   the raft entry that produced the record
     timestamp   i64   milliseconds, assigned by the proposer (same on every replica)
-    op          u8    1 = put, 2 = delete (tombstone)
+    op          u8    1 = put, 2 = delete (tombstone); bit 0x80 marks the last
+                      record of a raft entry
     key_len     u32
     value_len   u32
     key, value
@@ -34,6 +35,18 @@ class RecordOp(enum.IntEnum):
 
 
 _OPS = {op.value: op for op in RecordOp}
+ENTRY_END = 0x80
+"""Flag in the op byte: this record is the last one its raft entry wrote. A log
+whose tail lacks it was cut inside an entry (a power loss tore the write), and
+opening it drops that incomplete entry so raft delivers it again whole."""
+
+
+_OP_POSITION = struct.calcsize(">QQq")
+
+
+def ends_entry(body: bytes | memoryview) -> bool:
+    """Whether a verified record body carries the end-of-entry flag."""
+    return bool(body[_OP_POSITION] & ENTRY_END)
 
 
 class Record(NamedTuple):
@@ -51,11 +64,12 @@ class Record(NamedTuple):
         return self.op is RecordOp.DELETE
 
 
-def encode_record(record: Record) -> bytes:
+def encode_record(record: Record, last_of_entry: bool = True) -> bytes:
     """The record's bytes as written to a segment file."""
     key, value = record.key, record.value
+    op = record.op | ENTRY_END if last_of_entry else record.op
     header = BODY_HEADER.pack(
-        record.offset, record.raft_index, record.timestamp_ms, record.op, len(key), len(value)
+        record.offset, record.raft_index, record.timestamp_ms, op, len(key), len(value)
     )
     crc = zlib.crc32(value, zlib.crc32(key, zlib.crc32(header)))
     return b"".join((PREFIX.pack(len(header) + len(key) + len(value), crc), header, key, value))
@@ -70,6 +84,7 @@ def decode_body(body: bytes | memoryview) -> Record:
             f"record lengths disagree: key {key_len} + value {value_len} "
             f"in a body of {len(body)} bytes"
         )
+    op &= ~ENTRY_END
     if op not in _OPS:
         raise ValueError(f"unknown record op {op}")
     key = bytes(body[start : start + key_len])

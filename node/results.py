@@ -20,16 +20,50 @@ class ResultCode(enum.Enum):
     VALUE_TOO_LARGE = "value_too_large"
     MALFORMED_ENTRY = "malformed_entry"
     ALREADY_APPLIED = "already_applied"
+    TXN_TOO_LARGE = "txn_too_large"
+    # Reported by the raft layer, never by apply: the node is stalled (its state
+    # is known to miss entries) and applies nothing.
+    NODE_STALLED = "node_stalled"
+
+
+class OpResult(NamedTuple):
+    """What one op of a txn did, in the order the ops ran.
+
+    - ``put``: ``found`` is True, ``version`` the offset written,
+      ``create_version`` the key's create version after the put (equal to
+      ``version`` when the put created the key).
+    - ``delete``: ``found`` says whether the key existed; ``version`` is the
+      tombstone's offset, 0 when there was nothing to delete (no record).
+    - ``get``: the key as the txn saw it at that point (after the earlier ops of
+      the same branch): ``found``, ``version``, ``create_version``, ``value``.
+    """
+
+    op: str
+    key: bytes
+    found: bool
+    version: int
+    create_version: int = 0
+    value: bytes = b""
 
 
 class CommandResult(NamedTuple):
     """``version`` is the offset the command wrote (or, for a barrier, the applied
-    offset); ``current_version`` is the key's version when a condition failed."""
+    offset); ``current_version`` is the key's version when a condition failed.
+
+    For a txn that ran (code OK), ``succeeded`` says whether its compares all
+    held (the success branch ran) or not (the failure branch ran),
+    ``op_results`` has one :class:`OpResult` per op of that branch, and
+    ``version`` is the offset of its last write, or the last offset assigned
+    before it when it wrote nothing. Every other command leaves both fields
+    at their defaults; a refused txn (invalid key, too large) has code != OK.
+    """
 
     code: ResultCode
     version: int = 0
     current_version: int = 0
     message: str = ""
+    succeeded: bool = True
+    op_results: tuple[OpResult, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from node.errors import CorruptLogError
-from node.record import BODY_HEADER, PREFIX, Record, decode_body
+from node.record import BODY_HEADER, PREFIX, Record, decode_body, ends_entry
 
 logger = logging.getLogger(__name__)
 
@@ -178,13 +178,15 @@ class Segment:
         if start == 0:
             self._index_offsets, self._index_positions = [], []
             self._last_indexed_position = -self._interval
-        valid_end = start
+        valid_end = entry_end = start
         with open(self.log_path, "rb", buffering=_READ_BUFFER) as f:
             try:
                 for pos, body in iter_frames(f, start, file_size, self._max_record_bytes):
                     offset = BODY_HEADER.unpack_from(body, 0)[0]
                     self._note_record(offset, pos)
                     valid_end = pos + PREFIX.size + len(body)
+                    if ends_entry(body):
+                        entry_end = valid_end
             except FrameError as exc:
                 if not (allow_torn_tail and exc.torn):
                     raise CorruptLogError(self.log_path, exc.position, exc.reason) from exc
@@ -196,8 +198,18 @@ class Segment:
                     exc.reason,
                 )
                 os.truncate(self.log_path, exc.position)
-                valid_end = exc.position
         self.size = valid_end
+        if allow_torn_tail and entry_end < valid_end:
+            logger.warning(
+                "dropping an incomplete raft entry at the tail of %s: %d bytes from byte %d "
+                "(raft will deliver the entry again)",
+                self.log_path,
+                valid_end - entry_end,
+                entry_end,
+            )
+            os.truncate(self.log_path, entry_end)
+            self.first_offset = self.last_offset = 0
+            self._scan(0, entry_end, allow_torn_tail=False)
 
     def _note_record(self, offset: int, position: int) -> None:
         if self.first_offset == 0:

@@ -13,6 +13,12 @@ A crash between 2 and 3 is repaired on open by replaying the log, so LMDB
 never holds a state the log does not. apply() is deterministic (the timestamp
 comes from the entry, offsets from the log head), idempotent by raft index,
 and returns error results instead of raising for business outcomes.
+
+A :class:`node.commands.Txn` is decided whole before any of it takes effect:
+every key and value is checked first (a bad one refuses the txn with no
+effect), then the compares pick a branch, whose ops can no longer fail. So its
+writes are consecutive records of one batch, appended and written to LMDB
+together with the rest of the entry.
 """
 
 from __future__ import annotations
@@ -21,14 +27,25 @@ import gc
 import logging
 from collections import OrderedDict
 
-from node.commands import Barrier, Batch, Delete, Put, decode_entry
+from node.commands import (
+    MAX_TXN_OPS,
+    Barrier,
+    Batch,
+    CompareTarget,
+    Delete,
+    Put,
+    Txn,
+    TxnDelete,
+    TxnPut,
+    decode_entry,
+)
 from node.commit_log import CommitLog
 from node.errors import EntryDecodeError
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX, is_reserved, key_length_problem
 from node.lmdb_store import Change, LmdbStore, ReadView, StoredValue
 from node.record import Record, RecordOp
 from node.replay import replay
-from node.results import CommandResult, ResultCode
+from node.results import CommandResult, OpResult, ResultCode
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +130,18 @@ class StateMachine:
             if isinstance(command, Barrier):
                 results.append(CommandResult(ResultCode.OK, version=offset - 1))
                 continue
+            if isinstance(command, Txn):
+                result, offset = self._decide_txn(
+                    command,
+                    raft_index=raft_index,
+                    timestamp_ms=batch.timestamp_ms,
+                    offset=offset,
+                    view=view,
+                    pending=pending,
+                    records=records,
+                )
+                results.append(result)
+                continue
             key = command.key
             if (
                 not (0 < len(key) <= MAX_KEY_BYTES)
@@ -149,19 +178,110 @@ class StateMachine:
             offset += 1
         return tuple(results), records, list(pending.items())
 
+    def _decide_txn(
+        self,
+        txn: Txn,
+        *,
+        raft_index: int,
+        timestamp_ms: int,
+        offset: int,
+        view: ReadView,
+        pending: dict[bytes, StoredValue | None],
+        records: list[Record],
+    ) -> tuple[CommandResult, int]:
+        """Decide one txn into ``pending`` and ``records``; returns its result and
+        the next free offset. Nothing is touched unless the whole txn is valid,
+        and once it is, no op can fail, so no rollback is ever needed."""
+        if txn.size > MAX_TXN_OPS:
+            message = f"txn has {txn.size} compares and ops; the limit is {MAX_TXN_OPS}"
+            return CommandResult(ResultCode.TXN_TOO_LARGE, message=message), offset
+        refusal = self._txn_refusal(txn)
+        if refusal is not None:
+            return refusal, offset
+        succeeded = True
+        for key, target, expected in txn.compares:
+            current = pending[key] if key in pending else view.get(key)
+            if target is CompareTarget.VERSION:
+                holds = (0 if current is None else current.version) == expected
+            elif target is CompareTarget.VALUE:
+                holds = current is not None and current.value == expected
+            else:
+                holds = (current is not None) == expected
+            if not holds:
+                succeeded = False
+                break
+        op_results: list[OpResult] = []
+        for op in txn.success if succeeded else txn.failure:
+            key = op.key
+            current = pending[key] if key in pending else view.get(key)
+            if isinstance(op, TxnPut):
+                create = offset if current is None else current.create_version
+                pending[key] = StoredValue(offset, create, op.value)
+                records.append(
+                    Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, op.value)
+                )
+                op_results.append(OpResult("put", key, True, offset, create))
+                offset += 1
+            elif isinstance(op, TxnDelete):
+                if current is None:
+                    op_results.append(OpResult("delete", key, False, 0))
+                    continue
+                pending[key] = None
+                records.append(Record(offset, raft_index, timestamp_ms, RecordOp.DELETE, key))
+                op_results.append(OpResult("delete", key, True, offset))
+                offset += 1
+            elif current is None:
+                op_results.append(OpResult("get", key, False, 0))
+            else:
+                op_results.append(
+                    OpResult(
+                        "get", key, True, current.version, current.create_version, current.value
+                    )
+                )
+        result = CommandResult(
+            ResultCode.OK, version=offset - 1, succeeded=succeeded, op_results=tuple(op_results)
+        )
+        return result, offset
+
+    def _txn_refusal(self, txn: Txn) -> CommandResult | None:
+        """The first invalid key or value of the txn (compares, then success ops,
+        then failure ops, though only one branch will run), or None."""
+        for where, items in (
+            ("compares", txn.compares),
+            ("success", txn.success),
+            ("failure", txn.failure),
+        ):
+            for i, item in enumerate(items):
+                refusal = self._key_refusal(item.key)
+                if refusal is None and isinstance(item, TxnPut):
+                    refusal = self._value_refusal(item.value)
+                if refusal is not None:
+                    return refusal._replace(message=f"{where}[{i}]: {refusal.message}")
+        return None
+
     def _refusal(self, command: Put | Delete) -> CommandResult:
-        if is_reserved(command.key):
+        refusal = self._key_refusal(command.key)
+        if refusal is None and isinstance(command, Put):
+            refusal = self._value_refusal(command.value)
+        if refusal is None:
+            raise AssertionError(f"no reason to refuse {command!r:.100}")
+        return refusal
+
+    @staticmethod
+    def _key_refusal(key: bytes) -> CommandResult | None:
+        if is_reserved(key):
             return CommandResult(
                 ResultCode.RESERVED_KEY, message="the \\x00rkv/ prefix is internal"
             )
-        problem = key_length_problem(command.key)
+        problem = key_length_problem(key)
         if problem is not None:
             return CommandResult(ResultCode.INVALID_KEY, message=problem)
-        if isinstance(command, Put) and len(command.value) > self._max_value_bytes:
+        return None
+
+    def _value_refusal(self, value: bytes) -> CommandResult | None:
+        if len(value) > self._max_value_bytes:
             return CommandResult(
                 ResultCode.VALUE_TOO_LARGE,
-                message=(
-                    f"value is {len(command.value)} bytes; the limit is {self._max_value_bytes}"
-                ),
+                message=f"value is {len(value)} bytes; the limit is {self._max_value_bytes}",
             )
-        raise AssertionError(f"no reason to refuse {command!r:.100}")
+        return None

@@ -63,7 +63,13 @@ def test_bad_usage_exits_2() -> None:
     assert "--data-dir" in result.stderr
 
 
-def test_up_says_what_is_coming() -> None:
-    result = rkv("up")
-    assert result.returncode == 0
-    assert "rkv check" in result.stdout
+def test_up_refuses_bad_arguments() -> None:
+    result = rkv("up", "--nodes", "0")
+    assert result.returncode == 2
+    assert "--nodes" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_node_without_required_flags_exits_2() -> None:
+    result = rkv("node", "--id", "a")
+    assert result.returncode == 2
+    assert "--data-dir" in result.stderr and "Traceback" not in result.stderr

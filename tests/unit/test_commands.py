@@ -12,25 +12,63 @@ from node.commands import (
     Barrier,
     Batch,
     Command,
+    Compare,
+    CompareTarget,
     Delete,
     Put,
+    Txn,
+    TxnDelete,
+    TxnGet,
+    TxnOp,
+    TxnPut,
     decode_entry,
     encode_entry,
 )
 from node.errors import EntryDecodeError, UnsupportedEntryVersion
 
 versions = st.none() | st.integers(min_value=0, max_value=2**63)
-commands: st.SearchStrategy[Command] = st.one_of(
-    st.builds(Put, st.binary(max_size=64), st.binary(max_size=256), versions),
-    st.builds(Delete, st.binary(max_size=64), versions),
-    st.just(Barrier()),
+keys = st.binary(max_size=64)
+compares = st.one_of(
+    st.builds(
+        Compare, keys, st.just(CompareTarget.VERSION), st.integers(min_value=0, max_value=2**64 - 1)
+    ),
+    st.builds(Compare, keys, st.just(CompareTarget.VALUE), st.binary(max_size=64)),
+    st.builds(Compare, keys, st.just(CompareTarget.EXISTS), st.booleans()),
 )
+txn_ops: st.SearchStrategy[TxnOp] = st.one_of(
+    st.builds(TxnPut, keys, st.binary(max_size=256)),
+    st.builds(TxnDelete, keys),
+    st.builds(TxnGet, keys),
+)
+txns = st.builds(
+    Txn,
+    st.lists(compares, max_size=5).map(tuple),
+    st.lists(txn_ops, max_size=8).map(tuple),
+    st.lists(txn_ops, max_size=8).map(tuple),
+)
+commands: st.SearchStrategy[Command] = st.one_of(
+    st.builds(Put, keys, st.binary(max_size=256), versions),
+    st.builds(Delete, keys, versions),
+    st.just(Barrier()),
+    txns,
+)
+
+
+def typed(value: object) -> object:
+    """``value`` with the type of every tuple spelled out: NamedTuples compare as
+    plain tuples, so ``TxnDelete(k) == TxnGet(k)`` and equality alone would miss
+    an op decoded as the wrong kind."""
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, *(typed(v) for v in value))
+    return (type(value).__name__, value)
 
 
 @given(st.lists(commands, max_size=20), st.integers(min_value=-(2**63), max_value=2**63 - 1))
 def test_entries_round_trip(cmds: list[Command], timestamp: int) -> None:
     batch = Batch(tuple(cmds), timestamp)
-    assert decode_entry(encode_entry(batch)) == batch
+    decoded = decode_entry(encode_entry(batch))
+    assert decoded == batch
+    assert typed(decoded.commands) == typed(batch.commands)
 
 
 def test_entry_starts_with_its_format_version() -> None:

@@ -154,7 +154,8 @@ def test_bad_checksum_on_the_last_record_is_a_torn_tail(
     tmp_path: Path, small_config: StorageConfig
 ) -> None:
     log = CommitLog.open(tmp_path, small_config)
-    log.append(make_records([1, 2, 3]))
+    log.append(make_records([1, 2]))  # one entry
+    log.append(make_records([3]))  # the next
     path = log.active.log_path
     log.close()
     data = bytearray(path.read_bytes())

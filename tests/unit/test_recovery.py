@@ -306,3 +306,32 @@ def test_damaged_lmdb_files_are_rebuilt_from_the_log(
     assert "rebuilding LMDB from the commit log" in caplog.text
     assert snapshot(reopened) == expected
     reopened.close()
+
+
+@pytest.mark.parametrize("records_kept", [1, 2])
+def test_an_entry_torn_at_a_record_boundary_is_dropped_whole(
+    tmp_path: Path, small_config: StorageConfig, records_kept: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A power loss may keep only the first records of one write: the entry must go whole,
+    so that raft's re-delivery applies all of it (a txn stays atomic)."""
+    storage = open_storage(tmp_path, small_config)
+    storage.state_machine.apply(1, encode_entry(Batch((Put(b"before", b"1"),), 1)))
+    entry = encode_entry(Batch((Put(b"a", b"x"), Put(b"b", b"y"), Put(b"c", b"z")), 2))
+    storage.state_machine.apply(2, entry)
+    records = list(storage.commit_log.read(1))
+    storage.close()
+    segment = sorted((tmp_path / LOG_DIR).glob("*.log"))[-1]
+    keep = len(encode_record(records[0])) + sum(
+        len(encode_record(r)) for r in records[1 : 1 + records_kept]
+    )
+    os.truncate(segment, keep)
+    with caplog.at_level(logging.WARNING):
+        reopened = open_storage(tmp_path, small_config)
+    assert "dropping an incomplete raft entry" in caplog.text
+    assert [r.key for r in reopened.commit_log.read(1)] == [b"before"]
+    assert reopened.store.applied_index == 1
+    assert reopened.store.get(b"a") is None
+    results = reopened.state_machine.apply(2, entry)  # raft delivers it again
+    assert [r.ok for r in results] == [True, True, True]
+    assert [r.key for r in reopened.commit_log.read(1)] == [b"before", b"a", b"b", b"c"]
+    reopened.close()

@@ -1,19 +1,36 @@
-"""The state machine against a plain dict model, plus idempotence and replay."""
+"""The state machine against a plain dict model (txns included), plus idempotence and replay."""
 
 from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.commands import Barrier, Batch, Command, Delete, Put, encode_entry
+from node.commands import (
+    MAX_TXN_OPS,
+    Barrier,
+    Batch,
+    Command,
+    Compare,
+    CompareTarget,
+    Delete,
+    Put,
+    Txn,
+    TxnDelete,
+    TxnGet,
+    TxnOp,
+    TxnPut,
+    encode_entry,
+)
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
 from node.lmdb_store import LmdbStore
+from node.record import RecordOp
 from node.recovery import STATE_DIR, NodeStorage, open_storage
-from node.results import CommandResult, ResultCode
+from node.results import CommandResult, OpResult, ResultCode
 from node.storage_config import FsyncPolicy, StorageConfig
 
 MAX_VALUE = 64
@@ -27,6 +44,9 @@ CONFIG = StorageConfig(
 
 # -- the model ------------------------------------------------------------------
 
+LogLine = tuple[int, int, int, RecordOp, bytes, bytes]
+"""offset, raft index, timestamp, op, key, value: what the commit log must hold."""
+
 
 @dataclass
 class Model:
@@ -34,42 +54,106 @@ class Model:
 
     data: dict[bytes, tuple[int, int, bytes]] = field(default_factory=dict)
     last_offset: int = 0
+    log: list[LogLine] = field(default_factory=list)
 
-    def apply(self, commands: list[Command]) -> list[tuple[ResultCode, int, int]]:
-        out: list[tuple[ResultCode, int, int]] = []
+    def apply(
+        self, commands: list[Command], raft_index: int, timestamp_ms: int
+    ) -> list[CommandResult]:
+        self.raft_index, self.timestamp_ms = raft_index, timestamp_ms
+        out: list[CommandResult] = []
         for c in commands:
             if isinstance(c, Barrier):
-                out.append((ResultCode.OK, self.last_offset, 0))
+                out.append(CommandResult(ResultCode.OK, self.last_offset))
                 continue
-            if c.key.startswith(RESERVED_PREFIX):
-                out.append((ResultCode.RESERVED_KEY, 0, 0))
+            if isinstance(c, Txn):
+                out.append(self.txn(c))
                 continue
-            if not 1 <= len(c.key) <= MAX_KEY_BYTES:
-                out.append((ResultCode.INVALID_KEY, 0, 0))
-                continue
-            if isinstance(c, Put) and len(c.value) > MAX_VALUE:
-                out.append((ResultCode.VALUE_TOO_LARGE, 0, 0))
+            refused = self.refusal(c.key, c.value if isinstance(c, Put) else b"")
+            if refused is not None:
+                out.append(CommandResult(refused))
                 continue
             current = self.data.get(c.key)
             version = current[0] if current else 0
             if c.expected_version is not None and c.expected_version != version:
-                out.append((ResultCode.VERSION_CONFLICT, 0, version))
+                out.append(CommandResult(ResultCode.VERSION_CONFLICT, 0, version))
                 continue
             if isinstance(c, Delete) and current is None:
-                out.append((ResultCode.NOT_FOUND, 0, 0))
+                out.append(CommandResult(ResultCode.NOT_FOUND))
                 continue
-            self.last_offset += 1
             if isinstance(c, Put):
-                create = current[1] if current else self.last_offset
-                self.data[c.key] = (self.last_offset, create, c.value)
+                self.put(c.key, c.value)
             else:
-                del self.data[c.key]
-            out.append((ResultCode.OK, self.last_offset, 0))
+                self.delete(c.key)
+            out.append(CommandResult(ResultCode.OK, self.last_offset))
         return out
+
+    def refusal(self, key: bytes, value: bytes) -> ResultCode | None:
+        if key.startswith(RESERVED_PREFIX):
+            return ResultCode.RESERVED_KEY
+        if not 1 <= len(key) <= MAX_KEY_BYTES:
+            return ResultCode.INVALID_KEY
+        if len(value) > MAX_VALUE:
+            return ResultCode.VALUE_TOO_LARGE
+        return None
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.last_offset += 1
+        current = self.data.get(key)
+        create = current[1] if current else self.last_offset
+        self.data[key] = (self.last_offset, create, value)
+        self.log.append(
+            (self.last_offset, self.raft_index, self.timestamp_ms, RecordOp.PUT, key, value)
+        )
+
+    def delete(self, key: bytes) -> None:
+        self.last_offset += 1
+        del self.data[key]
+        self.log.append(
+            (self.last_offset, self.raft_index, self.timestamp_ms, RecordOp.DELETE, key, b"")
+        )
+
+    def txn(self, c: Txn) -> CommandResult:
+        if len(c.compares) + len(c.success) + len(c.failure) > MAX_TXN_OPS:
+            return CommandResult(ResultCode.TXN_TOO_LARGE)
+        for part in (*c.compares, *c.success, *c.failure):
+            refused = self.refusal(part.key, part.value if isinstance(part, TxnPut) else b"")
+            if refused is not None:
+                return CommandResult(refused)
+        succeeded = all(self.holds(compare) for compare in c.compares)
+        done: list[OpResult] = []
+        for op in c.success if succeeded else c.failure:
+            if isinstance(op, TxnPut):
+                self.put(op.key, op.value)
+                done.append(OpResult("put", op.key, True, *self.data[op.key][:2]))
+            elif isinstance(op, TxnDelete):
+                if op.key in self.data:
+                    self.delete(op.key)
+                    done.append(OpResult("delete", op.key, True, self.last_offset))
+                else:
+                    done.append(OpResult("delete", op.key, False, 0))
+            elif op.key in self.data:
+                done.append(OpResult("get", op.key, True, *self.data[op.key]))
+            else:
+                done.append(OpResult("get", op.key, False, 0))
+        return CommandResult(
+            ResultCode.OK, self.last_offset, succeeded=succeeded, op_results=tuple(done)
+        )
+
+    def holds(self, compare: Compare) -> bool:
+        current = self.data.get(compare.key)
+        if compare.target is CompareTarget.VERSION:
+            return (current[0] if current else 0) == compare.expected
+        if compare.target is CompareTarget.VALUE:
+            return current is not None and current[2] == compare.expected
+        return (current is not None) == compare.expected
 
 
 def observed(results: tuple[CommandResult, ...]) -> list[tuple[ResultCode, int, int]]:
     return [(r.code, r.version, r.current_version) for r in results]
+
+
+def without_messages(results: tuple[CommandResult, ...]) -> list[CommandResult]:
+    return [r._replace(message="") for r in results]
 
 
 def state_of(storage: NodeStorage) -> dict[bytes, tuple[int, int, bytes]]:
@@ -78,49 +162,112 @@ def state_of(storage: NodeStorage) -> dict[bytes, tuple[int, int, bytes]]:
     return {k: (v.version, v.create_version, v.value) for k, v in items}
 
 
+def log_of(storage: NodeStorage) -> list[LogLine]:
+    return [
+        (r.offset, r.raft_index, r.timestamp_ms, r.op, r.key, r.value)
+        for r in storage.commit_log.read(1)
+    ]
+
+
 # -- generated workloads ----------------------------------------------------------
 
 KEYS = [b"a", b"b", b"c", b"dir/x", b"dir/y", b"\x00raw"]
 BAD_KEYS = [b"", b"k" * (MAX_KEY_BYTES + 1), RESERVED_PREFIX + b"p"]
+EXPECTED_KINDS = ["current", "current", "current", "zero", "wrong"]
+
+SimpleTemplate = tuple[str, bytes, bytes, str]
+CompareTemplate = tuple[bytes, CompareTarget, str, bytes]
+OpTemplate = tuple[str, bytes, bytes]
+
+
+class TxnTemplate(NamedTuple):
+    compares: list[CompareTemplate]
+    success: list[OpTemplate]
+    failure: list[OpTemplate]
+
+
+Template = SimpleTemplate | TxnTemplate
 
 # A command template; "expected" is resolved against the model when the batch
 # is built, so compare-and-set hits the current version often enough to matter.
-templates = st.tuples(
+simple_templates: st.SearchStrategy[SimpleTemplate] = st.tuples(
     st.sampled_from(["put", "put", "put", "delete", "barrier"]),
     st.sampled_from(KEYS) | st.sampled_from(BAD_KEYS),
     st.binary(max_size=MAX_VALUE + 8),
     st.sampled_from(["none", "none", "current", "zero", "wrong"]),
 )
+# Txns name mostly good keys: one bad part refuses the whole txn.
+txn_keys = st.sampled_from(KEYS * 6 + BAD_KEYS)
+txn_values = st.sampled_from([b"", b"v", b"w"]) | st.binary(max_size=MAX_VALUE + 1)
+compare_templates: st.SearchStrategy[CompareTemplate] = st.tuples(
+    txn_keys, st.sampled_from(list(CompareTarget)), st.sampled_from(EXPECTED_KINDS), txn_values
+)
+op_templates: st.SearchStrategy[OpTemplate] = st.tuples(
+    st.sampled_from(["put", "put", "delete", "get"]), txn_keys, txn_values
+)
+txn_templates: st.SearchStrategy[TxnTemplate] = st.builds(
+    TxnTemplate,
+    st.lists(compare_templates, max_size=3),
+    st.lists(op_templates, max_size=5),
+    st.lists(op_templates, max_size=5),
+)  # (the size limit is test_txn's: 10,001 ops per example would dominate the run time)
+templates: st.SearchStrategy[Template] = st.one_of(simple_templates, txn_templates)
 workloads = st.lists(st.lists(templates, min_size=1, max_size=12), min_size=1, max_size=25)
 
 
-def build(
-    template: tuple[str, bytes, bytes, str], model: Model, pending: dict[bytes, int]
-) -> Command:
+def build(template: Template, model: Model) -> Command:
+    """The command for ``template``, its expectations resolved against the model
+    as it was before the batch (so later commands of a batch may miss)."""
+    if isinstance(template, TxnTemplate):
+        return Txn(
+            tuple(build_compare(c, model) for c in template.compares),
+            tuple(build_op(op) for op in template.success),
+            tuple(build_op(op) for op in template.failure),
+        )
     kind, key, value, expected_kind = template
     if kind == "barrier":
         return Barrier()
-    current = pending.get(key, model.data[key][0] if key in model.data else 0)
+    current = model.data[key][0] if key in model.data else 0
     expected = {"none": None, "current": current, "zero": 0, "wrong": current + 1000}[expected_kind]
     return Put(key, value, expected) if kind == "put" else Delete(key, expected)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def build_compare(template: CompareTemplate, model: Model) -> Compare:
+    key, target, kind, value = template
+    current = model.data.get(key)
+    expected: int | bytes | bool
+    if target is CompareTarget.VERSION:
+        version = current[0] if current else 0
+        expected = {"current": version, "zero": 0, "wrong": version + 1000}[kind]
+    elif target is CompareTarget.VALUE:
+        expected = {"current": current[2] if current else value, "zero": b"", "wrong": value}[kind]
+    else:
+        expected = {"current": current is not None, "zero": False, "wrong": current is None}[kind]
+    return Compare(key, target, expected)
+
+
+def build_op(template: OpTemplate) -> TxnOp:
+    kind, key, value = template
+    if kind == "put":
+        return TxnPut(key, value)
+    return TxnDelete(key) if kind == "delete" else TxnGet(key)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads)
-def test_state_machine_matches_the_dict_model(
-    workload: list[list[tuple[str, bytes, bytes, str]]],
-) -> None:
+def test_state_machine_matches_the_dict_model(workload: list[list[Template]]) -> None:
     model = Model()
     with tempfile.TemporaryDirectory() as tmp:
         storage = open_storage(Path(tmp), CONFIG)
         try:
             for index, templates_ in enumerate(workload, start=1):
-                commands = [build(t, model, {}) for t in templates_]
+                commands = [build(t, model) for t in templates_]
                 entry = encode_entry(Batch(tuple(commands), timestamp_ms=index))
                 got = storage.state_machine.apply(index * 2, entry)  # gaps in raft indexes are fine
-                assert observed(got) == model.apply(commands)
+                assert without_messages(got) == model.apply(commands, index * 2, index)
                 assert storage.state_machine.applied_index == index * 2
             assert state_of(storage) == model.data
+            assert log_of(storage) == model.log
             assert storage.state_machine.applied_offset == model.last_offset
         finally:
             storage.close()
@@ -129,8 +276,11 @@ def test_state_machine_matches_the_dict_model(
         reopened = open_storage(Path(tmp), CONFIG)
         try:
             assert state_of(reopened) == model.data
-            assert reopened.replayed_records == sum(1 for _ in reopened.commit_log.read(1))
+            assert reopened.replayed_records == len(model.log)
             assert reopened.state_machine.applied_offset == model.last_offset
+            # entries that wrote nothing leave no trace in the log: replay knows the
+            # raft index of the last one that wrote something
+            assert reopened.state_machine.applied_index == (model.log[-1][1] if model.log else 0)
         finally:
             reopened.close()
 

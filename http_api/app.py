@@ -1,0 +1,26 @@
+"""Building the aiohttp application around a :class:`KvApi`."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from http_api import routes_kv, routes_node
+from http_api.errors import error_middleware
+from http_api.kv_api import KvApi
+
+SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
+
+# Bodies beyond this are refused with 413 before they are read whole. A
+# transaction may carry many values, so the cap is above the value limit.
+MIN_BODY_LIMIT = 16 * 1024 * 1024
+
+
+def build_app(service: KvApi) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=max(MIN_BODY_LIMIT, 2 * service.max_value_bytes + 65536),
+    )
+    app[SERVICE] = service
+    routes_kv.add_routes(app, SERVICE)
+    routes_node.add_routes(app, SERVICE)
+    return app

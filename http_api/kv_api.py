@@ -1,0 +1,42 @@
+"""The HTTP layer's view of the key-value service (node.kv_service provides it)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from node.commands import Command
+from node.kv_service import Consistency, ScanPage
+from node.lmdb_store import StoredValue
+from node.results import CommandResult
+
+
+class KvApi(Protocol):
+    @property
+    def max_value_bytes(self) -> int: ...
+
+    def check_key(self, key: bytes) -> None: ...
+
+    def check_value(self, value: bytes) -> None: ...
+
+    async def put(self, key: bytes, value: bytes, expected_version: int | None = None) -> int: ...
+
+    async def delete(self, key: bytes, expected_version: int | None = None) -> int: ...
+
+    async def execute(self, command: Command) -> CommandResult: ...
+
+    async def get(
+        self, key: bytes, consistency: Consistency = ..., min_version: int | None = None
+    ) -> StoredValue: ...
+
+    async def scan(
+        self,
+        prefix: bytes,
+        start_after: bytes | None = None,
+        limit: int = ...,
+        consistency: Consistency = ...,
+        min_version: int | None = None,
+    ) -> ScanPage: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def ready(self) -> tuple[bool, str]: ...

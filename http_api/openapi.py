@@ -1,0 +1,263 @@
+"""The OpenAPI 3.1 description served at /v1/openapi.json.
+
+tests/unit/test_openapi.py checks that it names exactly the routes the app
+serves, with the same methods, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    text = {
+        307: "Not the leader (consistency=leader): Location names the leader",
+        400: "Invalid request (bad key, parameter or body)",
+        404: "No such key",
+        412: "Precondition failed: body has current_version",
+        413: "Value or body too large",
+        503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
+        "no_leader or node_not_ready",
+    }
+    return {str(s): _json(_ERROR, text[s]) for s in statuses}
+
+
+_KEY = {
+    "name": "key",
+    "in": "path",
+    "required": True,
+    "description": "The key: arbitrary bytes, percent-encoded (1..4096 bytes).",
+    "schema": {"type": "string"},
+}
+_CONSISTENCY = {
+    "name": "consistency",
+    "in": "query",
+    "schema": {"type": "string", "enum": ["linearizable", "leader", "stale"]},
+    "description": "linearizable (default): a read barrier through the log; leader: "
+    "local read if this node believes it leads; stale: local read on any node.",
+}
+_MIN_VERSION = {
+    "name": "min_version",
+    "in": "query",
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "Wait (bounded) until this node has applied this offset, then read.",
+}
+_ENCODING = {
+    "name": "encoding",
+    "in": "query",
+    "schema": {"type": "string", "enum": ["base64", "utf-8"]},
+    "description": "How keys and values appear in JSON (default base64).",
+}
+_IF_MATCH = {
+    "name": "If-Match",
+    "in": "header",
+    "schema": {"type": "string"},
+    "description": 'Compare-and-set: "<version>" the key must have.',
+}
+_IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "schema": {"type": "string", "enum": ["*"]},
+    "description": "Create only: the key must not exist.",
+}
+_BYTES = {"type": "string", "description": "base64, or text with encoding=utf-8"}
+
+
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "rkv",
+            "version": "1",
+            "description": "A Raft-replicated key-value store. Versions are commit-log "
+            "offsets: every mutation gets the next one.",
+        },
+        "paths": {
+            "/v1/kv/{key}": {
+                "put": {
+                    "summary": "Set a key (compare-and-set with If-Match / If-None-Match)",
+                    "parameters": [_KEY, _IF_MATCH, _IF_NONE_MATCH, _ENCODING],
+                    "requestBody": {
+                        "content": {"application/octet-stream": {"schema": {"type": "string"}}}
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {"key": _BYTES, "version": {"type": "integer"}},
+                            },
+                            "Written",
+                        ),
+                        **_errors(400, 412, 413, 503),
+                    },
+                },
+                "get": {
+                    "summary": "Read a key: the raw value, ETag = its version",
+                    "parameters": [_KEY, _CONSISTENCY, _MIN_VERSION],
+                    "responses": {
+                        "200": {
+                            "description": "The value; headers ETag, Rkv-Version, "
+                            "Rkv-Create-Version",
+                            "content": {"application/octet-stream": {}},
+                        },
+                        **_errors(307, 400, 404, 503),
+                    },
+                },
+                "delete": {
+                    "summary": "Delete a key (If-Match supported)",
+                    "parameters": [_KEY, _IF_MATCH],
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "properties": {"version": {"type": "integer"}}},
+                            "Deleted; version is the tombstone's offset",
+                        ),
+                        **_errors(400, 404, 412, 503),
+                    },
+                },
+            },
+            "/v1/kv": {
+                "get": {
+                    "summary": "Prefix scan in key order, paginated",
+                    "parameters": [
+                        {"name": "prefix", "in": "query", "schema": {"type": "string"}},
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10000},
+                        },
+                        {
+                            "name": "start_after",
+                            "in": "query",
+                            "schema": {"type": "string"},
+                            "description": "The opaque cursor from a previous page's next.",
+                        },
+                        _ENCODING,
+                        _CONSISTENCY,
+                        _MIN_VERSION,
+                    ],
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/ScanPage"}, "A page"),
+                        **_errors(307, 400, 503),
+                    },
+                },
+            },
+            "/v1/txn": {
+                "post": {
+                    "summary": "Atomic multi-key transaction (compare / success / failure)",
+                    "parameters": [_ENCODING],
+                    "requestBody": {
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Txn"}}
+                        }
+                    },
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/TxnResult"}, "Applied"),
+                        **_errors(400, 413, 503),
+                    },
+                },
+            },
+            "/v1/status": {
+                "get": {
+                    "summary": "Node id, role, leader, term, indexes, members",
+                    "responses": {"200": _json({"type": "object"}, "Status")},
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "summary": "The process is alive",
+                    "responses": {"200": _json({"type": "object"}, "Alive")},
+                }
+            },
+            "/readyz": {
+                "get": {
+                    "summary": "Caught up and able to serve",
+                    "responses": {
+                        "200": _json({"type": "object"}, "Ready"),
+                        "503": _json({"type": "object"}, "Not ready, with the reason"),
+                    },
+                }
+            },
+            "/v1/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["code", "message"],
+                    "properties": {
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                        "current_version": {"type": "integer"},
+                        "leader_url": {"type": "string"},
+                    },
+                },
+                "ScanPage": {
+                    "type": "object",
+                    "properties": {
+                        "items": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "key": _BYTES,
+                                    "value": _BYTES,
+                                    "version": {"type": "integer"},
+                                    "create_version": {"type": "integer"},
+                                },
+                            },
+                        },
+                        "next": {"type": ["string", "null"]},
+                    },
+                },
+                "Txn": {
+                    "type": "object",
+                    "description": "At most 10000 compares and ops in all.",
+                    "properties": {
+                        "compare": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["key"],
+                                "properties": {
+                                    "key": _BYTES,
+                                    "version": {"type": "integer", "minimum": 0},
+                                    "value": _BYTES,
+                                    "exists": {"type": "boolean"},
+                                },
+                            },
+                        },
+                        "success": {"type": "array", "items": {"$ref": "#/components/schemas/Op"}},
+                        "failure": {"type": "array", "items": {"$ref": "#/components/schemas/Op"}},
+                    },
+                },
+                "Op": {
+                    "type": "object",
+                    "required": ["op", "key"],
+                    "properties": {
+                        "op": {"type": "string", "enum": ["put", "delete", "get"]},
+                        "key": _BYTES,
+                        "value": _BYTES,
+                    },
+                },
+                "TxnResult": {
+                    "type": "object",
+                    "properties": {
+                        "succeeded": {"type": "boolean"},
+                        "version": {"type": "integer"},
+                        "results": {"type": "array", "items": {"type": "object"}},
+                    },
+                },
+            }
+        },
+    }

@@ -1,0 +1,134 @@
+"""POST /v1/txn bodies and answers.
+
+Request::
+
+    {"compare": [{"key": K, "version": N} | {"key": K, "value": V} | {"key": K, "exists": B}],
+     "success": [{"op": "put", "key": K, "value": V} | {"op": "delete", "key": K}
+                 | {"op": "get", "key": K}],
+     "failure": [...same ops...]}
+
+Keys and values are base64 unless ``?encoding=utf-8``. A version compare of 0
+means "does not exist". The whole transaction is one raft entry: atomic on
+every replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from http_api.encoding import MAX_VERSION, decode_bytes, encode_bytes
+from http_api.kv_api import KvApi
+from node.commands import MAX_TXN_OPS, Compare, CompareTarget, Txn, TxnDelete, TxnGet, TxnOp, TxnPut
+from node.errors import InvalidRequest, PayloadTooLarge, RequestError, UnknownOutcome
+from node.results import CommandResult, ResultCode
+
+_COMPARE_FIELDS = {
+    "version": CompareTarget.VERSION,
+    "value": CompareTarget.VALUE,
+    "exists": CompareTarget.EXISTS,
+}
+
+
+def _key(item: dict[str, Any], encoding: str, kv: KvApi, where: str) -> bytes:
+    if "key" not in item:
+        raise InvalidRequest(f"{where} needs a key")
+    key = decode_bytes(item["key"], encoding, f"{where}.key")
+    kv.check_key(key)
+    return key
+
+
+def _compare(item: Any, encoding: str, kv: KvApi, where: str) -> Compare:
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"{where} must be an object")
+    fields = [name for name in _COMPARE_FIELDS if name in item]
+    if len(fields) != 1:
+        raise InvalidRequest(f"{where} needs exactly one of version, value, exists")
+    field = fields[0]
+    target = _COMPARE_FIELDS[field]
+    raw = item[field]
+    expected: int | bytes | bool
+    if target is CompareTarget.VERSION:
+        if type(raw) is not int or not 0 <= raw <= MAX_VERSION:
+            raise InvalidRequest(f"{where}.version must be an integer in 0..{MAX_VERSION}")
+        expected = raw
+    elif target is CompareTarget.VALUE:
+        expected = decode_bytes(raw, encoding, f"{where}.value")
+    else:
+        if type(raw) is not bool:
+            raise InvalidRequest(f"{where}.exists must be true or false")
+        expected = raw
+    return Compare(_key(item, encoding, kv, where), target, expected)
+
+
+def _op(item: Any, encoding: str, kv: KvApi, where: str) -> TxnOp:
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"{where} must be an object")
+    kind = item.get("op")
+    key = _key(item, encoding, kv, where)
+    if kind == "put":
+        if "value" not in item:
+            raise InvalidRequest(f"{where} (put) needs a value")
+        value = decode_bytes(item["value"], encoding, f"{where}.value")
+        kv.check_value(value)
+        return TxnPut(key, value)
+    if kind == "delete":
+        return TxnDelete(key)
+    if kind == "get":
+        return TxnGet(key)
+    raise InvalidRequest(f"{where}.op must be put, delete or get, not {kind!r}")
+
+
+def _list(body: dict[str, Any], name: str) -> list[Any]:
+    value = body.get(name, [])
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{name} must be a list")
+    return value
+
+
+def parse_txn(body: Any, encoding: str, kv: KvApi) -> Txn:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    unknown = set(body) - {"compare", "success", "failure"}
+    if unknown:
+        raise InvalidRequest(f"unknown fields: {', '.join(sorted(unknown))}")
+    compares, success, failure = (_list(body, n) for n in ("compare", "success", "failure"))
+    size = len(compares) + len(success) + len(failure)
+    if size > MAX_TXN_OPS:
+        raise PayloadTooLarge(f"a transaction holds at most {MAX_TXN_OPS} compares and ops")
+    return Txn(
+        tuple(_compare(c, encoding, kv, f"compare[{i}]") for i, c in enumerate(compares)),
+        tuple(_op(o, encoding, kv, f"success[{i}]") for i, o in enumerate(success)),
+        tuple(_op(o, encoding, kv, f"failure[{i}]") for i, o in enumerate(failure)),
+    )
+
+
+def _refusal(result: CommandResult) -> RequestError:
+    if result.code is ResultCode.VALUE_TOO_LARGE or result.code is ResultCode.TXN_TOO_LARGE:
+        return PayloadTooLarge(result.message)
+    if result.code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
+        return InvalidRequest(result.message, code=result.code.value)
+    return UnknownOutcome(
+        f"the transaction was committed but its result is unknown: {result.code.value}"
+    )
+
+
+def render_txn_result(result: CommandResult, encoding: str) -> dict[str, Any]:
+    if result.code is not ResultCode.OK:
+        raise _refusal(result)
+    rendered: list[dict[str, Any]] = []
+    for op in result.op_results:
+        item: dict[str, Any] = {"op": op.op, "key": encode_bytes(op.key, encoding, "key")}
+        if op.op == "put":
+            item["version"] = op.version
+        elif op.op == "delete":
+            item.update(found=op.found, version=op.version)
+        else:
+            item["found"] = op.found
+            if op.found:
+                item.update(
+                    value=encode_bytes(op.value, encoding, "value"),
+                    version=op.version,
+                    create_version=op.create_version,
+                )
+        rendered.append(item)
+    return {"succeeded": result.succeeded, "version": result.version, "results": rendered}

@@ -1,0 +1,234 @@
+"""The key-value service: what a client can ask of one node.
+
+It validates requests before they reach the log (bad input never costs a
+raft round), proposes writes through a :class:`ConsensusLog`, turns command
+results into return values or :mod:`node.errors` exceptions, and serves reads
+from the local LMDB at the requested consistency level:
+
+- ``linearizable``: wait for a read barrier (one barrier serves every read
+  that arrived before it was proposed), then read locally;
+- ``leader``: read locally if this node believes it leads (may be stale
+  during a partition: a deposed leader does not know it yet);
+- ``stale``: read locally, whatever this node has applied;
+- ``min_version=N`` with any level but linearizable: first wait, bounded,
+  until this node has applied offset N (read-your-writes from any replica).
+
+A stalled node (its state is known to miss entries) serves no reads at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from node.commands import Command, Delete, Put
+from node.errors import (
+    InvalidRequest,
+    KeyNotFound,
+    NodeNotReady,
+    NotLeader,
+    PayloadTooLarge,
+    RequestError,
+    UnknownOutcome,
+    VersionConflict,
+)
+from node.keyspace import is_reserved, key_length_problem
+from node.lmdb_store import LmdbStore, StoredValue
+from node.results import CommandResult, ResultCode
+
+MAX_SCAN_LIMIT = 10_000
+DEFAULT_SCAN_LIMIT = 100
+
+
+class Consistency(enum.Enum):
+    LINEARIZABLE = "linearizable"
+    LEADER = "leader"
+    STALE = "stale"
+
+
+class ConsensusLog(Protocol):
+    """What the service needs from the replication layer (raft/ provides it)."""
+
+    async def propose(self, command: Command) -> CommandResult:
+        """Replicate and apply one command; raises NotApplied, UnknownOutcome or Overloaded."""
+        ...
+
+    async def read_barrier(self) -> None:
+        """Return once everything committed before the call is applied locally."""
+        ...
+
+    def is_leader(self) -> bool: ...
+
+    def leader_http_url(self) -> str | None: ...
+
+    def stalled_reason(self) -> str | None:
+        """Why this node's state cannot be trusted, or None."""
+        ...
+
+    def ready(self) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    items: list[tuple[bytes, StoredValue]]
+    next_after: bytes | None
+
+
+def _result_error(result: CommandResult) -> RequestError:
+    code = result.code
+    if code is ResultCode.VERSION_CONFLICT:
+        return VersionConflict(result.message, result.current_version)
+    if code is ResultCode.NOT_FOUND:
+        return KeyNotFound(result.message or "no such key")
+    if code is ResultCode.VALUE_TOO_LARGE:
+        return PayloadTooLarge(result.message)
+    if code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
+        return InvalidRequest(result.message, code=code.value)
+    # ALREADY_APPLIED, MALFORMED_ENTRY, NODE_STALLED...: the entry is in the log but
+    # this node cannot tell what it did.
+    return UnknownOutcome(f"the write was committed but its result is unknown: {code.value}")
+
+
+class KvService:
+    def __init__(
+        self,
+        consensus: ConsensusLog,
+        store: LmdbStore,
+        max_value_bytes: int,
+        read_wait_timeout: float = 5.0,
+    ) -> None:
+        self._consensus = consensus
+        self._store = store
+        self._max_value_bytes = max_value_bytes
+        self._read_wait_timeout = read_wait_timeout
+
+    @property
+    def max_value_bytes(self) -> int:
+        return self._max_value_bytes
+
+    # -- validation ---------------------------------------------------------------
+
+    def check_key(self, key: bytes) -> None:
+        if is_reserved(key):
+            raise InvalidRequest("keys starting with \\x00rkv/ are internal", code="reserved_key")
+        problem = key_length_problem(key)
+        if problem is not None:
+            raise InvalidRequest(problem, code="invalid_key")
+
+    def check_value(self, value: bytes) -> None:
+        if len(value) > self._max_value_bytes:
+            raise PayloadTooLarge(
+                f"value is {len(value)} bytes; the limit is {self._max_value_bytes}"
+            )
+
+    @staticmethod
+    def check_version(version: int | None, what: str) -> None:
+        if version is not None and version < 0:
+            raise InvalidRequest(f"{what} must be a non-negative integer")
+
+    # -- writes -------------------------------------------------------------------
+
+    async def put(self, key: bytes, value: bytes, expected_version: int | None = None) -> int:
+        """Set ``key``; ``expected_version`` makes it a compare-and-set (0: must not exist)."""
+        self.check_key(key)
+        self.check_value(value)
+        self.check_version(expected_version, "expected version")
+        return self._version_of(await self._consensus.propose(Put(key, value, expected_version)))
+
+    async def delete(self, key: bytes, expected_version: int | None = None) -> int:
+        """Delete ``key``; returns the tombstone's offset. Raises KeyNotFound."""
+        self.check_key(key)
+        self.check_version(expected_version, "expected version")
+        return self._version_of(await self._consensus.propose(Delete(key, expected_version)))
+
+    async def execute(self, command: Command) -> CommandResult:
+        """Propose an already validated command and return its raw result."""
+        return await self._consensus.propose(command)
+
+    @staticmethod
+    def _version_of(result: CommandResult) -> int:
+        if result.code is ResultCode.OK:
+            return result.version
+        raise _result_error(result)
+
+    # -- reads --------------------------------------------------------------------
+
+    async def prepare_read(self, consistency: Consistency, min_version: int | None) -> None:
+        """Wait until this node may answer a read at ``consistency``."""
+        reason = self._consensus.stalled_reason()
+        if reason is not None:
+            raise NodeNotReady(f"this node serves no reads: {reason}")
+        if consistency is Consistency.LINEARIZABLE:
+            await self._consensus.read_barrier()
+        elif consistency is Consistency.LEADER and not self._consensus.is_leader():
+            raise NotLeader("this node is not the leader", self._consensus.leader_http_url())
+        if min_version is not None:
+            await self._wait_applied(min_version)
+
+    async def _wait_applied(self, offset: int) -> None:
+        deadline = time.monotonic() + self._read_wait_timeout
+        delay = 0.001
+        while self._store.applied_offset < offset:
+            if time.monotonic() >= deadline:
+                raise NodeNotReady(
+                    f"this node has applied offset {self._store.applied_offset}, "
+                    f"not {offset}, after {self._read_wait_timeout:g}s"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def get(
+        self,
+        key: bytes,
+        consistency: Consistency = Consistency.LINEARIZABLE,
+        min_version: int | None = None,
+    ) -> StoredValue:
+        self.check_key(key)
+        await self.prepare_read(consistency, min_version)
+        found = self._store.get(key)
+        if found is None:
+            raise KeyNotFound("no such key")
+        return found
+
+    async def scan(
+        self,
+        prefix: bytes,
+        start_after: bytes | None = None,
+        limit: int = DEFAULT_SCAN_LIMIT,
+        consistency: Consistency = Consistency.LINEARIZABLE,
+        min_version: int | None = None,
+    ) -> ScanPage:
+        if not 1 <= limit <= MAX_SCAN_LIMIT:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_SCAN_LIMIT}")
+        await self.prepare_read(consistency, min_version)
+        with self._store.reader() as view:
+            items = view.scan(prefix, start_after, limit + 1)
+        more = len(items) > limit
+        page = items[:limit]
+        return ScanPage(page, page[-1][0] if more else None)
+
+    def read_local(self, keys: Sequence[bytes]) -> list[StoredValue | None]:
+        with self._store.reader() as view:
+            return [view.get(k) for k in keys]
+
+    # -- node state ---------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        status = self._consensus.status()
+        status["applied_offset"] = self._store.applied_offset
+        status["applied_index"] = self._store.applied_index
+        return status
+
+    def ready(self) -> tuple[bool, str]:
+        reason = self._consensus.stalled_reason()
+        if reason is not None:
+            return False, reason
+        if not self._consensus.ready():
+            return False, "not caught up with the leader, or no leader known"
+        return True, "ready"

@@ -1,0 +1,55 @@
+"""One rkv node: storage -> raft -> service -> HTTP, with clean start-up and shutdown.
+
+Composition root (nothing imports it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from http_api.server import HttpServer
+from node.kv_service import KvService
+from node.recovery import open_storage
+from node.settings import NodeConfig
+from raft.consensus import RaftConsensus
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
+    storage = open_storage(config.data_dir, config.storage)
+    consensus = RaftConsensus(config.raft, storage)
+    try:
+        await consensus.start()
+        service = KvService(consensus, storage.store, config.storage.max_value_bytes)
+        http = HttpServer(service, config.http_host, config.http_port)
+        await http.start()
+        logger.info(
+            "node %s: HTTP on %s, raft on %s%s",
+            config.node_id,
+            config.advertise_url,
+            config.raft_address,
+            "" if config.secret else " (INSECURE dev mode: no cluster secret)",
+        )
+        try:
+            await stop.wait()
+        finally:
+            logger.info("node %s stopping", config.node_id)
+            await http.stop()
+    finally:
+        await consensus.stop()
+        storage.close()
+        logger.info("node %s stopped", config.node_id)
+
+
+def run_node(config: NodeConfig) -> None:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, stop)
+
+    asyncio.run(main())

@@ -1,0 +1,63 @@
+"""Raft settings of one node, as validated values (built by the composition root)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from node.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A cluster member: its id, raft address (host:port) and HTTP base URL."""
+
+    node_id: str
+    raft_address: str
+    http_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    self_member: Member
+    peers: tuple[Member, ...]
+    journal_dir: str
+    secret: bytes | None  # None only in explicit insecure dev mode
+    # Conservative timeouts: pysyncobj's defaults (0.4-1.4 s) cause needless
+    # elections when a loaded 2-core machine delays the raft thread.
+    election_timeout_min: float = 1.0
+    election_timeout_max: float = 2.0
+    heartbeat_interval: float = 0.1
+    leader_fallback_timeout: float = 4.0
+    # pysyncobj compacts its journal (writing a snapshot marker) after this many
+    # entries, or this many seconds.
+    compaction_min_entries: int = 5000
+    compaction_min_seconds: int = 300
+    # Group commit and backpressure.
+    max_commands_per_entry: int = 1000
+    max_entries_in_flight: int = 4
+    max_pending_commands: int = 20_000
+    proposal_timeout: float = 5.0
+    members: tuple[Member, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", (self.self_member, *self.peers))
+        ids = [m.node_id for m in self.members]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"member ids must be unique: {ids}")
+        addresses = [m.raft_address for m in self.members]
+        if len(set(addresses)) != len(addresses):
+            raise ConfigError(f"raft addresses must be unique: {addresses}")
+        if not 0 < self.election_timeout_min < self.election_timeout_max:
+            raise ConfigError("election timeouts must satisfy 0 < min < max")
+        if self.election_timeout_min <= 3 * self.heartbeat_interval:
+            raise ConfigError("the election timeout must exceed three heartbeat intervals")
+        if self.leader_fallback_timeout <= self.heartbeat_interval:
+            raise ConfigError("leader_fallback_timeout must exceed the heartbeat interval")
+        if self.compaction_min_entries < 2 or self.compaction_min_seconds < 1:
+            raise ConfigError("compaction thresholds must be at least 2 entries and 1 second")
+        if self.max_commands_per_entry < 1 or self.max_entries_in_flight < 1:
+            raise ConfigError("batch and in-flight limits must be positive")
+        if self.proposal_timeout <= 0:
+            raise ConfigError("proposal_timeout must be positive")
+        if self.secret is not None and len(self.secret) < 16:
+            raise ConfigError("the cluster secret must be at least 16 bytes")

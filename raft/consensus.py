@@ -1,0 +1,278 @@
+"""RaftConsensus: the node's consensus log, built on pysyncobj.
+
+Threads: pysyncobj runs its own tick thread, which applies entries to the
+state machine and calls our callbacks. The asyncio loop proposes through the
+group-commit proposer. The two meet in one place: outcomes collected on the
+raft thread are handed to the loop with ``call_soon_threadsafe`` at the end of
+each tick, after the fsync that makes them durable.
+
+Durability point (documented in docs/OPERATIONS.md): at the end of every
+tick in which this node applied entries that a local client waits for, it
+msyncs pysyncobj's journal and fsyncs the commit log, and only then resolves
+the clients' futures. Followers fsync their journal before acknowledging
+entries (raft/syncobj_node.py), so an acknowledged write is on the disks of
+a majority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import SyncObjConf
+from pysyncobj.config import FAIL_REASON
+
+from node.commands import Command
+from node.errors import NotApplied, Overloaded, RequestError, UnknownOutcome
+from node.recovery import NodeStorage
+from node.results import CommandResult, ResultCode
+from raft.config import Member, RaftConfig
+from raft.proposer import GroupCommitProposer, Outcome
+from raft.snapshot_marker import SnapshotMarkers
+from raft.syncobj_node import RkvSyncObj
+
+logger = logging.getLogger(__name__)
+
+JOURNAL_FILE = "raft.journal"
+MARKER_FILE = "raft.marker"
+_STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+_STALLED_RESULT = (
+    CommandResult(ResultCode.NODE_STALLED, message="this node is stalled and applies nothing"),
+)
+
+
+class RaftConsensus:
+    def __init__(self, config: RaftConfig, storage: NodeStorage) -> None:
+        self._config = config
+        self._storage = storage
+        self._members = {m.raft_address: m for m in config.members}
+        self._stalled: str | None = None
+        self._storage_error: str | None = None
+        self._acks: list[tuple[int, Any, int]] = []
+        self._acks_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._syncobj: RkvSyncObj | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.role_changes = 0
+        self._proposer = GroupCommitProposer(
+            self._submit,
+            max_commands_per_entry=config.max_commands_per_entry,
+            max_entries_in_flight=config.max_entries_in_flight,
+            max_pending_commands=config.max_pending_commands,
+            proposal_timeout=config.proposal_timeout,
+        )
+        self._markers = SnapshotMarkers(storage, config.self_member.node_id, self._stall)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        journal_dir = Path(self._config.journal_dir)
+        journal_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self._config
+        conf = SyncObjConf(
+            password=cfg.secret,
+            # Always both: a journal without a dump file leaves a restarted node stuck.
+            journalFile=str(journal_dir / JOURNAL_FILE),
+            fullDumpFile=str(journal_dir / MARKER_FILE),
+            serializer=self._markers.serialize,
+            deserializer=self._markers.deserialize,
+            raftMinTimeout=cfg.election_timeout_min,
+            raftMaxTimeout=cfg.election_timeout_max,
+            appendEntriesPeriod=cfg.heartbeat_interval,
+            connectionTimeout=max(3.5, cfg.election_timeout_max + 1.0),
+            leaderFallbackTimeout=cfg.leader_fallback_timeout,
+            # Send each entry (and each new commit index) at once instead of
+            # waiting for the next heartbeat: one-client latency depends on it.
+            appendEntriesUseBatch=False,
+            commandsWaitLeader=False,
+            logCompactionMinEntries=cfg.compaction_min_entries,
+            logCompactionMinTime=cfg.compaction_min_seconds,
+            onStateChanged=self._on_state_changed,
+            dynamicMembershipChange=False,
+        )
+        partners = [m.raft_address for m in cfg.peers]
+        self._syncobj = await self._loop.run_in_executor(
+            None,
+            functools.partial(
+                RkvSyncObj, cfg.self_member.raft_address, partners, conf, self._apply
+            ),
+        )
+        self._syncobj.addOnTickCallback(self._on_tick)
+        self._sweeper = asyncio.create_task(self._sweep())
+
+    async def stop(self) -> None:
+        self._proposer.fail_pending(NotApplied("the node is shutting down"))
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        syncobj = self._syncobj
+        if syncobj is not None:
+            syncobj.destroy()
+            thread = getattr(syncobj, "_SyncObj__thread", None)
+            if thread is not None:
+                await asyncio.get_running_loop().run_in_executor(None, thread.join, 10.0)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self._proposer.expire()
+
+    # -- the raft thread ------------------------------------------------------------
+
+    def _apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
+        if self._stalled is not None:
+            return _STALLED_RESULT
+        try:
+            results = self._storage.state_machine.apply(raft_index, entry)
+        except Exception as exc:
+            # pysyncobj will retry this entry on its next tick; until one succeeds
+            # the node reports itself not ready.
+            self._storage_error = f"applying raft entry {raft_index} failed: {exc}"
+            logger.exception("applying raft entry %d failed; it will be retried", raft_index)
+            raise
+        if self._storage_error is not None:
+            logger.info("raft entry %d applied; the storage error has cleared", raft_index)
+            self._storage_error = None
+        return results
+
+    def _stall(self, reason: str) -> None:
+        if self._stalled is None:
+            logger.error("STALLED: %s", reason)
+        self._stalled = reason
+
+    def _on_result(self, entry_id: int, result: Any, error: int) -> None:
+        with self._acks_lock:
+            self._acks.append((entry_id, result, error))
+
+    def _on_tick(self) -> None:
+        with self._acks_lock:
+            acks, self._acks = self._acks, []
+        if not acks or self._loop is None:
+            return
+        if any(error == FAIL_REASON.SUCCESS for _, _, error in acks):
+            assert self._syncobj is not None
+            self._syncobj.sync_journal()
+            self._storage.commit_log.sync()
+        self._loop.call_soon_threadsafe(self._deliver, acks)
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        self.role_changes += 1
+        logger.info("raft role: %s -> %s", _STATE_NAMES.get(old, old), _STATE_NAMES.get(new, new))
+
+    # -- the asyncio loop -----------------------------------------------------------
+
+    def _submit(self, entry_id: int, entry: bytes) -> None:
+        assert self._syncobj is not None
+        self._syncobj.apply_entry(entry, callback=functools.partial(self._on_result, entry_id))
+
+    def _deliver(self, acks: list[tuple[int, Any, int]]) -> None:
+        for entry_id, result, error in acks:
+            self._proposer.complete(entry_id, _outcome(result, error))
+
+    def _check_can_propose(self) -> None:
+        syncobj = self._syncobj
+        if syncobj is None:
+            raise NotApplied("raft is not running")
+        if not syncobj.hasQuorum:
+            raise NotApplied("this node cannot reach a majority of the cluster")
+
+    async def propose(self, command: Command) -> CommandResult:
+        self._check_can_propose()
+        return await self._proposer.propose(command)
+
+    async def read_barrier(self) -> None:
+        self._check_can_propose()
+        await self._proposer.read_barrier()
+
+    # -- state ----------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self._syncobj is not None and bool(self._syncobj._isLeader())
+
+    def leader(self) -> Member | None:
+        if self._syncobj is None:
+            return None
+        address = self._syncobj.leader_address()
+        return None if address is None else self._members.get(address)
+
+    def leader_http_url(self) -> str | None:
+        leader = self.leader()
+        return None if leader is None else leader.http_url
+
+    def stalled_reason(self) -> str | None:
+        return self._stalled or self._storage_error
+
+    def ready(self) -> bool:
+        syncobj = self._syncobj
+        return (
+            syncobj is not None
+            and self.stalled_reason() is None
+            and syncobj.isReady()
+            and self.leader() is not None
+        )
+
+    def status(self) -> dict[str, Any]:
+        syncobj = self._syncobj
+        me = self._config.self_member
+        if syncobj is None:
+            return {"id": me.node_id, "role": "starting"}
+        raw = syncobj.getStatus()
+        leader = self.leader()
+        members = [
+            {
+                "id": m.node_id,
+                "raft_address": m.raft_address,
+                "url": m.http_url,
+                "self": m is me,
+                "reachable": m is me or syncobj.is_connected_to(m.raft_address),
+            }
+            for m in self._config.members
+        ]
+        return {
+            "id": me.node_id,
+            "url": me.http_url,
+            "role": _STATE_NAMES.get(raw["state"], str(raw["state"])),
+            "leader": None if leader is None else {"id": leader.node_id, "url": leader.http_url},
+            "term": raw["raft_term"],
+            "commit_index": raw["commit_idx"],
+            "raft_last_applied": raw["last_applied"],
+            "has_quorum": raw["has_quorum"],
+            "raft_log_entries": raw["log_len"],
+            "role_changes": self.role_changes,
+            "stalled": self.stalled_reason(),
+            "ready": self.ready(),
+            "proposals": {
+                "waiting": self._proposer.commands_waiting,
+                "entries_submitted": self._proposer.entries_submitted,
+                "commands_submitted": self._proposer.commands_submitted,
+            },
+            "members": members,
+            "time": time.time(),
+        }
+
+
+def _outcome(result: Any, error: int) -> Outcome:
+    if error == FAIL_REASON.SUCCESS:
+        if isinstance(result, tuple):
+            return result
+        return UnknownOutcome("raft applied the entry but returned no results")
+    failure: RequestError
+    if error == FAIL_REASON.QUEUE_FULL:
+        failure = Overloaded("raft's command queue is full")
+    elif error == FAIL_REASON.MISSING_LEADER:
+        failure = NotApplied("no leader is known (an election is in progress or no quorum)")
+    elif error in (FAIL_REASON.DISCARDED, FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED):
+        failure = NotApplied("the leader changed before the write was committed")
+    elif error == FAIL_REASON.REQUEST_DENIED:
+        failure = NotApplied("raft denied the request")
+    else:
+        failure = UnknownOutcome(f"raft reported an unknown outcome (reason {error})")
+    return failure

@@ -1,0 +1,174 @@
+"""Group commit: concurrent proposals become one raft entry.
+
+Runs on the asyncio loop. Commands wait in a pending list; a flush packs up
+to ``max_commands_per_entry`` of them into one entry and submits it. At most
+``max_entries_in_flight`` entries are outstanding, so under load batches grow
+by themselves (pysyncobj costs about the same per entry whatever its size).
+
+Read barriers coalesce: every linearizable read that arrives before the next
+flush shares one Barrier command in that entry.
+
+Bounds: more than ``max_pending_commands`` waiting raises Overloaded; a caller
+waits at most ``proposal_timeout`` and then gets UnknownOutcome; an entry
+that pysyncobj never answers (its async calls have no timeout) is expired
+by a sweeper so its slots are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from node.commands import Barrier, Batch, Command, encode_entry
+from node.errors import NodeNotReady, Overloaded, RequestError, UnknownOutcome
+from node.results import CommandResult, ResultCode
+
+logger = logging.getLogger(__name__)
+
+Outcome = tuple[CommandResult, ...] | RequestError
+"""What raft reports for an entry: its results, or why it has none."""
+
+Submit = Callable[[int, bytes], None]
+"""Hands (entry id, entry bytes) to raft; the outcome comes back through complete()."""
+
+
+@dataclass
+class _InFlight:
+    futures: list[asyncio.Future[CommandResult]]
+    deadline: float
+
+
+def _consume(future: asyncio.Future[CommandResult]) -> None:
+    """Mark a late outcome nobody waits for any more as retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
+class GroupCommitProposer:
+    def __init__(
+        self,
+        submit: Submit,
+        *,
+        max_commands_per_entry: int,
+        max_entries_in_flight: int,
+        max_pending_commands: int,
+        proposal_timeout: float,
+    ) -> None:
+        self._submit = submit
+        self._max_commands = max_commands_per_entry
+        self._max_entries = max_entries_in_flight
+        self._max_pending = max_pending_commands
+        self._timeout = proposal_timeout
+        self._pending: list[tuple[Command, asyncio.Future[CommandResult]]] = []
+        self._barrier: asyncio.Future[CommandResult] | None = None
+        self._in_flight: dict[int, _InFlight] = {}
+        self._waiting = 0  # commands pending or in flight
+        self._ids = itertools.count(1)
+        self._flush_scheduled = False
+        self.entries_submitted = 0
+        self.commands_submitted = 0
+
+    @property
+    def commands_waiting(self) -> int:
+        return self._waiting
+
+    async def propose(self, command: Command) -> CommandResult:
+        future = self._enqueue(command)
+        return await self._wait(future)
+
+    async def read_barrier(self) -> None:
+        if self._barrier is None:
+            self._barrier = self._enqueue(Barrier())
+        result = await self._wait(self._barrier)
+        if result.code is not ResultCode.OK:
+            raise NodeNotReady(f"read barrier failed on this node: {result.code.value}")
+
+    def _enqueue(self, command: Command) -> asyncio.Future[CommandResult]:
+        if self._waiting >= self._max_pending:
+            raise Overloaded(f"{self._waiting} commands are already waiting for raft")
+        future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
+        self._pending.append((command, future))
+        self._waiting += 1
+        self._schedule_flush()
+        return future
+
+    async def _wait(self, future: asyncio.Future[CommandResult]) -> CommandResult:
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self._timeout)
+        except TimeoutError:
+            future.add_done_callback(_consume)
+            raise UnknownOutcome(
+                f"no outcome within {self._timeout:g}s: the write may or may not be applied"
+            ) from None
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and len(self._in_flight) < self._max_entries:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        while self._pending and len(self._in_flight) < self._max_entries:
+            batch = self._pending[: self._max_commands]
+            del self._pending[: self._max_commands]
+            futures = [future for _, future in batch]
+            if self._barrier is not None and any(f is self._barrier for f in futures):
+                self._barrier = None  # later reads need a barrier proposed after them
+            entry = encode_entry(
+                Batch(tuple(command for command, _ in batch), int(time.time() * 1000))
+            )
+            entry_id = next(self._ids)
+            self._in_flight[entry_id] = _InFlight(futures, time.monotonic() + self._timeout * 2)
+            self.entries_submitted += 1
+            self.commands_submitted += len(batch)
+            self._submit(entry_id, entry)
+
+    def complete(self, entry_id: int, outcome: Outcome) -> None:
+        """Deliver raft's outcome for an entry (on the loop thread)."""
+        entry = self._in_flight.pop(entry_id, None)
+        if entry is None:
+            return  # expired by the sweeper already
+        self._finish(entry, outcome)
+        self._schedule_flush()
+
+    def _finish(self, entry: _InFlight, outcome: Outcome) -> None:
+        self._waiting -= len(entry.futures)
+        if not isinstance(outcome, RequestError) and len(outcome) != len(entry.futures):
+            outcome = UnknownOutcome(
+                f"raft returned {len(outcome)} results for {len(entry.futures)} commands"
+            )
+        for i, future in enumerate(entry.futures):
+            if future.done():
+                continue
+            if isinstance(outcome, RequestError):
+                future.set_exception(outcome)
+                if future is self._barrier:
+                    self._barrier = None
+            else:
+                future.set_result(outcome[i])
+
+    def expire(self, now: float | None = None) -> int:
+        """Fail entries raft never answered; returns how many."""
+        now = time.monotonic() if now is None else now
+        expired = [i for i, e in self._in_flight.items() if e.deadline <= now]
+        for entry_id in expired:
+            entry = self._in_flight.pop(entry_id)
+            logger.warning("raft gave no outcome for entry %d: reporting unknown outcome", entry_id)
+            self._finish(entry, UnknownOutcome("raft gave no outcome for this write"))
+        if expired:
+            self._schedule_flush()
+        return len(expired)
+
+    def fail_pending(self, error: RequestError) -> None:
+        """Fail everything not yet handed to raft (on shutdown)."""
+        pending, self._pending = self._pending, []
+        self._barrier = None
+        for _, future in pending:
+            self._waiting -= 1
+            if not future.done():
+                future.set_exception(error)
+                future.add_done_callback(_consume)

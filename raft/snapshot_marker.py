@@ -1,0 +1,101 @@
+"""pysyncobj snapshots as small markers instead of pickled state.
+
+When pysyncobj compacts its journal it asks for a "full dump". rkv writes a
+marker instead, after syncing the commit log and LMDB: the raft index and
+offset the state has reached, plus the two journal entries and the member
+list pysyncobj needs back. The state itself is already durable in the commit
+log, so nothing large is ever pickled or sent.
+
+When a follower receives a leader's marker (install snapshot), pysyncobj
+believes the follower has caught up to the marker's index. If this node's
+state has not reached the marker's offset, entries are missing here: the
+node stalls (applies nothing more, reports itself not ready) instead of
+silently serving a state with holes, until it is rebuilt.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj.node import TCPNode
+
+from node.recovery import NodeStorage
+
+logger = logging.getLogger(__name__)
+
+MARKER_FORMAT = 1
+
+
+def _entry_to_json(entry: Any) -> list[Any]:
+    command, index, term = entry
+    return [base64.b64encode(bytes(command)).decode(), int(index), int(term)]
+
+
+def _entry_from_json(raw: list[Any]) -> tuple[bytes, int, int]:
+    return base64.b64decode(raw[0]), int(raw[1]), int(raw[2])
+
+
+class SnapshotMarkers:
+    def __init__(self, storage: NodeStorage, node_id: str, on_gap: Callable[[str], None]) -> None:
+        self._storage = storage
+        self._node_id = node_id
+        self._on_gap = on_gap
+
+    def serialize(self, file_name: str, data: Any) -> None:
+        """pysyncobj's serializer hook: ``data`` is (last entry, previous entry, members)."""
+        last_entry, prev_entry, cluster = data
+        storage = self._storage
+        storage.commit_log.sync()
+        storage.store.sync()
+        marker = {
+            "format": MARKER_FORMAT,
+            "node": self._node_id,
+            "raft_index": storage.store.applied_index,
+            "applied_offset": storage.store.applied_offset,
+            "last_entry": _entry_to_json(last_entry),
+            "prev_entry": _entry_to_json(prev_entry),
+            "members": sorted(node.address for node in cluster),
+        }
+        with open(file_name, "w") as f:
+            json.dump(marker, f)
+            f.flush()
+            os.fsync(f.fileno())
+        logger.info(
+            "snapshot marker written at raft index %d, offset %d",
+            marker["raft_index"],
+            marker["applied_offset"],
+        )
+
+    def deserialize(self, file_name: str) -> tuple[Any, Any, Any]:
+        """pysyncobj's deserializer hook: our own marker at start-up, or the leader's."""
+        with open(file_name) as f:
+            marker = json.load(f)
+        if marker.get("format") != MARKER_FORMAT:
+            raise ValueError(f"unknown snapshot marker format in {file_name}: {marker!r:.200}")
+        self._check_gap(marker)
+        members = {TCPNode(address) for address in marker["members"]}
+        return (
+            _entry_from_json(marker["last_entry"]),
+            _entry_from_json(marker["prev_entry"]),
+            members,
+        )
+
+    def _check_gap(self, marker: dict[str, Any]) -> None:
+        store = self._storage.store
+        index, offset = int(marker["raft_index"]), int(marker["applied_offset"])
+        if offset > store.applied_offset:
+            self._on_gap(
+                f"a snapshot from {marker.get('node')} at raft index {index} (offset {offset}) "
+                f"is ahead of this node's state (raft index {store.applied_index}, offset "
+                f"{store.applied_offset}): entries are missing here, so this node applies "
+                f"nothing more and serves no reads until it is rebuilt"
+            )
+        elif index > store.applied_index:
+            # The entries in between wrote no records (barriers, failed conditions):
+            # this node's state already equals the marker's.
+            store.write([], index, store.applied_offset)

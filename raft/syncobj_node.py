@@ -1,0 +1,75 @@
+"""The pysyncobj SyncObj that carries rkv's entries.
+
+One replicated method, :meth:`RkvSyncObj.apply_entry`, receives every entry
+as bytes. pysyncobj numbers replicated methods by their sorted names, so a
+second replicated method, or a rename, would silently change what journaled
+entries do: never add one.
+
+pysyncobj never fsyncs its journal. :class:`DurableTransport` fsyncs it
+before any message that acknowledges entries to the leader, so an entry the
+leader counts as replicated is on the follower's disk.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.transport import TCPTransport
+
+logger = logging.getLogger(__name__)
+
+EntryApplier = Callable[[int, bytes], Any]
+"""Called on the raft thread with (raft index, entry bytes); returns the results."""
+
+
+class DurableTransport(TCPTransport):  # type: ignore[misc]
+    """pysyncobj's TCP transport, fsyncing the journal before acknowledging entries."""
+
+    def send(self, node: Any, message: Any) -> bool:
+        if (
+            isinstance(message, dict)
+            and message.get("type") == "next_node_idx"
+            and message.get("success")
+        ):
+            self._syncObj.sync_journal()
+        sent: bool = super().send(node, message)
+        return sent
+
+
+class RkvSyncObj(SyncObj):  # type: ignore[misc]
+    def __init__(
+        self,
+        self_address: str,
+        partner_addresses: list[str],
+        conf: SyncObjConf,
+        applier: EntryApplier,
+    ) -> None:
+        # Set before SyncObj.__init__: its thread may replay the journal at once.
+        self._rkv_applier = applier
+        super().__init__(self_address, partner_addresses, conf, transportClass=DurableTransport)
+
+    @replicated  # type: ignore[untyped-decorator]
+    def apply_entry(self, entry: bytes) -> Any:
+        # pysyncobj applies entries in order and bumps raftLastApplied after
+        # each, so the entry being applied is the next index.
+        return self._rkv_applier(self.raftLastApplied + 1, entry)
+
+    def sync_journal(self) -> None:
+        """msync pysyncobj's memory-mapped journal (it never does so itself)."""
+        journal = getattr(self, "_SyncObj__raftLog", None)
+        flush = getattr(journal, "flush", None)
+        if flush is not None:
+            flush()
+
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else str(leader.address)
+
+    def is_connected_to(self, address: str) -> bool:
+        for node in self.otherNodes:
+            if node.address == address:
+                return bool(self.isNodeConnected(node))
+        return False

@@ -1,0 +1,174 @@
+"""Group commit, barrier coalescing and backpressure of raft/proposer.py.
+
+Raft is replaced by a recorder of submitted entries: what is under test is
+how proposals become entries and how outcomes come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from node.commands import Barrier, Put, decode_entry
+from node.errors import NotApplied, Overloaded, UnknownOutcome
+from node.results import CommandResult, ResultCode
+from raft.proposer import GroupCommitProposer
+
+
+class Raft:
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, bytes]] = []
+
+    def submit(self, entry_id: int, entry: bytes) -> None:
+        self.entries.append((entry_id, entry))
+
+    def commands(self, i: int) -> tuple[object, ...]:
+        return decode_entry(self.entries[i][1]).commands
+
+
+def make(raft: Raft, **overrides: float) -> GroupCommitProposer:
+    settings = {
+        "max_commands_per_entry": 100,
+        "max_entries_in_flight": 2,
+        "max_pending_commands": 1000,
+        "proposal_timeout": 2.0,
+    }
+    settings.update(overrides)
+    return GroupCommitProposer(raft.submit, **settings)  # type: ignore[arg-type]
+
+
+def ok_results(n: int, first_version: int = 1) -> tuple[CommandResult, ...]:
+    return tuple(CommandResult(ResultCode.OK, version=first_version + i) for i in range(n))
+
+
+@pytest.mark.asyncio
+async def test_concurrent_proposals_share_one_entry_and_get_their_own_results() -> None:
+    raft = Raft()
+    proposer = make(raft)
+    tasks = [asyncio.create_task(proposer.propose(Put(b"k%d" % i, b"v"))) for i in range(50)]
+    await asyncio.sleep(0)  # let every task enqueue
+    await asyncio.sleep(0)  # and the flush run
+    assert len(raft.entries) == 1
+    assert len(raft.commands(0)) == 50
+    proposer.complete(raft.entries[0][0], ok_results(50, first_version=10))
+    results = await asyncio.gather(*tasks)
+    assert [r.version for r in results] == list(range(10, 60))
+    assert proposer.commands_waiting == 0
+
+
+@pytest.mark.asyncio
+async def test_batches_grow_while_entries_are_in_flight() -> None:
+    raft = Raft()
+    proposer = make(raft, max_entries_in_flight=1, max_commands_per_entry=1000)
+    first = asyncio.create_task(proposer.propose(Put(b"a", b"1")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 1
+    later = [asyncio.create_task(proposer.propose(Put(b"b%d" % i, b"2"))) for i in range(30)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 1  # waiting for the first entry to complete
+    proposer.complete(raft.entries[0][0], ok_results(1))
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 2 and len(raft.commands(1)) == 30
+    proposer.complete(raft.entries[1][0], ok_results(30, 2))
+    await asyncio.gather(first, *later)
+
+
+@pytest.mark.asyncio
+async def test_reads_arriving_before_a_flush_share_one_barrier() -> None:
+    raft = Raft()
+    proposer = make(raft)
+    reads = [asyncio.create_task(proposer.read_barrier()) for _ in range(20)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert raft.commands(0) == (Barrier(),)
+    late = asyncio.create_task(proposer.read_barrier())  # arrived after the flush
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 2 and raft.commands(1) == (Barrier(),)
+    proposer.complete(raft.entries[0][0], ok_results(1))
+    await asyncio.gather(*reads)
+    assert not late.done()
+    proposer.complete(raft.entries[1][0], ok_results(1))
+    await late
+
+
+@pytest.mark.asyncio
+async def test_too_many_waiting_commands_is_overloaded() -> None:
+    raft = Raft()
+    proposer = make(raft, max_pending_commands=3)
+    tasks = [asyncio.create_task(proposer.propose(Put(b"k", b"v"))) for _ in range(3)]
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded):
+        await proposer.propose(Put(b"k", b"v"))
+    await asyncio.sleep(0)
+    proposer.complete(raft.entries[0][0], ok_results(3))
+    await asyncio.gather(*tasks)
+    await asyncio.sleep(0)
+    task = asyncio.create_task(proposer.propose(Put(b"k", b"v")))  # room again
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    proposer.complete(raft.entries[-1][0], ok_results(1))
+    assert (await task).ok
+
+
+@pytest.mark.asyncio
+async def test_no_answer_within_the_timeout_is_an_unknown_outcome() -> None:
+    raft = Raft()
+    proposer = make(raft, proposal_timeout=0.05)
+    with pytest.raises(UnknownOutcome):
+        await proposer.propose(Put(b"k", b"v"))
+    # a late answer is ignored without noise; the sweeper frees the slot later
+    proposer.complete(raft.entries[0][0], ok_results(1))
+    assert proposer.commands_waiting == 0
+
+
+@pytest.mark.asyncio
+async def test_entries_raft_never_answers_are_expired() -> None:
+    raft = Raft()
+    proposer = make(raft, proposal_timeout=0.05)
+    with pytest.raises(UnknownOutcome):
+        await proposer.propose(Put(b"k", b"v"))
+    assert proposer.commands_waiting == 1
+    assert proposer.expire(now=10**12) == 1
+    assert proposer.commands_waiting == 0
+
+
+@pytest.mark.asyncio
+async def test_failures_and_result_mismatches_reach_every_waiter() -> None:
+    raft = Raft()
+    proposer = make(raft)
+    tasks = [asyncio.create_task(proposer.propose(Put(b"k%d" % i, b"v"))) for i in range(3)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    proposer.complete(raft.entries[0][0], NotApplied("leader changed"))
+    for task in tasks:
+        with pytest.raises(NotApplied):
+            await task
+    tasks = [asyncio.create_task(proposer.propose(Put(b"k%d" % i, b"v"))) for i in range(3)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    proposer.complete(raft.entries[1][0], ok_results(2))  # one result short
+    for task in tasks:
+        with pytest.raises(UnknownOutcome):
+            await task
+
+
+@pytest.mark.asyncio
+async def test_a_failed_barrier_does_not_block_later_reads() -> None:
+    raft = Raft()
+    proposer = make(raft)
+    read = asyncio.create_task(proposer.read_barrier())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    proposer.complete(raft.entries[0][0], NotApplied("no leader"))
+    with pytest.raises(NotApplied):
+        await read
+    again = asyncio.create_task(proposer.read_barrier())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 2
+    proposer.complete(raft.entries[1][0], ok_results(1))
+    await again

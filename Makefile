@@ -33,6 +33,7 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/storage.py
+	$(BIN)/python -m bench.http
 
 venv: $(STAMP)
 

@@ -8,9 +8,21 @@ from http_api.app import build_app
 from http_api.kv_api import KvApi
 
 
+MAX_LINE_BYTES = 64 * 1024
+
+
 class HttpServer:
     def __init__(self, service: KvApi, host: str, port: int) -> None:
-        self._runner = web.AppRunner(build_app(service), access_log=None, handle_signals=False)
+        # A 4096-byte key percent-encodes to ~12 KB of request line: raise
+        # aiohttp's 8 KB line and header limits so such requests reach the app
+        # (and its JSON errors) instead of a plain-text 400.
+        self._runner = web.AppRunner(
+            build_app(service),
+            access_log=None,
+            handle_signals=False,
+            max_line_size=MAX_LINE_BYTES,
+            max_field_size=MAX_LINE_BYTES,
+        )
         self._host = host
         self._port = port
 

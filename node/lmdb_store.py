@@ -2,7 +2,16 @@
 
 Two named databases:
 
-- ``data``: key -> ``version u64 | create_version u64 | value`` (big-endian)
+- ``data``: LMDB key -> ``version u64 | create_version u64 | suffix_len u16 |
+  key suffix | value`` (big-endian)
+
+LMDB keys are at most 511 bytes; rkv keys up to 4096. A key of up to 511
+bytes is its own LMDB key (suffix_len 0). A longer key is stored under its
+first 495 bytes plus a 16-byte BLAKE2b digest of the whole key, and the rest
+of the key travels in the value. Scans therefore stay in key order except
+among long keys that share their first 495 bytes (ordered by digest there);
+a scan still returns every key exactly once, because cursors are positions
+in LMDB order.
 - ``meta``: ``applied_index`` and ``applied_offset`` (u64 each)
 
 LMDB is a cache of the commit log (RIP-22: the KV state needs no WAL of its
@@ -18,6 +27,7 @@ transaction in the process while the map is resized).
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import struct
 import threading
@@ -32,7 +42,10 @@ from node.errors import StoreCorruptError, StoreError
 from node.keyspace import RESERVED_PREFIX
 from node.record import Record, RecordOp
 
-_VALUE_HEADER = struct.Struct(">QQ")
+_VALUE_HEADER = struct.Struct(">QQH")
+LMDB_KEY_LIMIT = 511
+_LONG_KEY_PREFIX = 495
+_DIGEST_BYTES = LMDB_KEY_LIMIT - _LONG_KEY_PREFIX
 _U64 = struct.Struct(">Q")
 _APPLIED_INDEX = b"applied_index"
 _APPLIED_OFFSET = b"applied_offset"
@@ -51,9 +64,33 @@ Change = tuple[bytes, StoredValue | None]
 """A decided change to one key: its new stored value, or None for a delete."""
 
 
+def lmdb_key(key: bytes) -> bytes:
+    """The LMDB key a user key is stored under."""
+    if len(key) <= LMDB_KEY_LIMIT:
+        return key
+    digest = hashlib.blake2b(key, digest_size=_DIGEST_BYTES).digest()
+    return key[:_LONG_KEY_PREFIX] + digest
+
+
+def _pack(key: bytes, version: int, create_version: int, value: bytes) -> bytes:
+    if len(key) <= LMDB_KEY_LIMIT:
+        return _VALUE_HEADER.pack(version, create_version, 0) + value
+    suffix = key[_LONG_KEY_PREFIX:]
+    return _VALUE_HEADER.pack(version, create_version, len(suffix)) + suffix + value
+
+
 def _decode_value(raw: bytes) -> StoredValue:
-    version, create_version = _VALUE_HEADER.unpack_from(raw, 0)
-    return StoredValue(version, create_version, raw[_VALUE_HEADER.size :])
+    version, create_version, suffix_len = _VALUE_HEADER.unpack_from(raw, 0)
+    return StoredValue(version, create_version, raw[_VALUE_HEADER.size + suffix_len :])
+
+
+def _decode_item(stored_key: bytes, raw: bytes) -> tuple[bytes, StoredValue]:
+    version, create_version, suffix_len = _VALUE_HEADER.unpack_from(raw, 0)
+    start = _VALUE_HEADER.size
+    key = stored_key
+    if suffix_len:
+        key = stored_key[:_LONG_KEY_PREFIX] + raw[start : start + suffix_len]
+    return key, StoredValue(version, create_version, raw[start + suffix_len :])
 
 
 class _ReaderGate:
@@ -99,7 +136,7 @@ class ReadView:
         self._data = data_db
 
     def get(self, key: bytes) -> StoredValue | None:
-        raw = self._txn.get(key, db=self._data)
+        raw = self._txn.get(lmdb_key(key), db=self._data)
         return None if raw is None else _decode_value(cast(bytes, raw))
 
     def scan(
@@ -109,24 +146,28 @@ class ReadView:
         limit: int = 100,
         include_internal: bool = False,
     ) -> list[tuple[bytes, StoredValue]]:
-        """Up to ``limit`` keys starting with ``prefix``, in key order, after ``start_after``."""
+        """Up to ``limit`` keys starting with ``prefix``, in LMDB order, after ``start_after``."""
         items: list[tuple[bytes, StoredValue]] = []
         cursor = self._txn.cursor(db=self._data)
-        start = prefix if start_after is None or start_after < prefix else start_after
+        range_prefix = prefix[:_LONG_KEY_PREFIX]
+        skip = None if start_after is None else lmdb_key(start_after)
+        start = range_prefix if skip is None or skip < range_prefix else skip
         if not cursor.set_range(start):
             return items
         while len(items) < limit:
-            key = cast(bytes, cursor.key())  # buffers=False: always bytes
-            if not key.startswith(prefix):
+            stored_key = cast(bytes, cursor.key())  # buffers=False: always bytes
+            if not stored_key.startswith(range_prefix):
                 break
-            if start_after is not None and key == start_after:
+            if stored_key == skip:
                 pass
-            elif not include_internal and key.startswith(RESERVED_PREFIX):
+            elif not include_internal and stored_key.startswith(RESERVED_PREFIX):
                 if not cursor.set_range(_RESERVED_END):
                     break
                 continue
             else:
-                items.append((key, _decode_value(cast(bytes, cursor.value()))))
+                key, stored = _decode_item(stored_key, cast(bytes, cursor.value()))
+                if key.startswith(prefix):
+                    items.append((key, stored))
             if not cursor.next():
                 break
         return items
@@ -240,24 +281,25 @@ class LmdbStore:
 
     def _put_changes(self, txn: lmdb.Transaction, changes: Sequence[Change]) -> None:
         data = self._data
-        pack = _VALUE_HEADER.pack
         for key, new in changes:
             if new is None:
-                txn.delete(key, db=data)
+                txn.delete(lmdb_key(key), db=data)
             else:
-                txn.put(key, pack(new.version, new.create_version) + new.value, db=data)
+                txn.put(
+                    lmdb_key(key), _pack(key, new.version, new.create_version, new.value), db=data
+                )
 
     def _put_records(self, txn: lmdb.Transaction, records: Sequence[Record]) -> None:
         data = self._data
-        pack = _VALUE_HEADER.pack
         for record in records:
             key = record.key
+            stored_key = lmdb_key(key)
             if record.op is RecordOp.PUT:
-                old = txn.get(key, db=data)
+                old = txn.get(stored_key, db=data)
                 create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
-                txn.put(key, pack(record.offset, create) + record.value, db=data)
+                txn.put(stored_key, _pack(key, record.offset, create, record.value), db=data)
             else:
-                txn.delete(key, db=data)
+                txn.delete(stored_key, db=data)
 
     def _grow(self) -> None:
         with self._gate.resizing():

@@ -249,8 +249,9 @@ class Segment:
         self.size = position
 
     def sync(self) -> None:
+        # fdatasync: the data and the file size, not timestamps.
         if self._fd is not None:
-            os.fsync(self._fd)
+            os.fdatasync(self._fd)
 
     def close(self) -> None:
         """Stop appending: fsync the file and write its index."""

@@ -27,6 +27,11 @@ class RaftConfig:
     election_timeout_min: float = 1.0
     election_timeout_max: float = 2.0
     heartbeat_interval: float = 0.1
+    # How long pysyncobj's thread sleeps in poll() when nothing arrives. An entry
+    # proposed on a node is committed on a tick after the one that appended it,
+    # so with no peer reply to wake the thread (a one-node cluster, or the
+    # commit index reaching followers) this bounds commit latency.
+    tick_interval: float = 0.005
     leader_fallback_timeout: float = 4.0
     # pysyncobj compacts its journal (writing a snapshot marker) after this many
     # entries, or this many seconds.
@@ -51,6 +56,8 @@ class RaftConfig:
             raise ConfigError("election timeouts must satisfy 0 < min < max")
         if self.election_timeout_min <= 3 * self.heartbeat_interval:
             raise ConfigError("the election timeout must exceed three heartbeat intervals")
+        if not 0 < self.tick_interval <= self.heartbeat_interval:
+            raise ConfigError("tick_interval must be positive and at most the heartbeat interval")
         if self.leader_fallback_timeout <= self.heartbeat_interval:
             raise ConfigError("leader_fallback_timeout must exceed the heartbeat interval")
         if self.compaction_min_entries < 2 or self.compaction_min_seconds < 1:

@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 JOURNAL_FILE = "raft.journal"
 MARKER_FILE = "raft.marker"
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+# How often proposal deadlines are enforced: a write waits at most
+# proposal_timeout plus this.
+_SWEEP_SECONDS = 0.25
 _STALLED_RESULT = (
     CommandResult(ResultCode.NODE_STALLED, message="this node is stalled and applies nothing"),
 )
@@ -86,6 +89,7 @@ class RaftConsensus:
             raftMinTimeout=cfg.election_timeout_min,
             raftMaxTimeout=cfg.election_timeout_max,
             appendEntriesPeriod=cfg.heartbeat_interval,
+            autoTickPeriod=cfg.tick_interval,
             connectionTimeout=max(3.5, cfg.election_timeout_max + 1.0),
             leaderFallbackTimeout=cfg.leader_fallback_timeout,
             # Send each entry (and each new commit index) at once instead of
@@ -122,7 +126,7 @@ class RaftConsensus:
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(_SWEEP_SECONDS)
             self._proposer.expire()
 
     # -- the raft thread ------------------------------------------------------------
@@ -153,13 +157,16 @@ class RaftConsensus:
             self._acks.append((entry_id, result, error))
 
     def _on_tick(self) -> None:
+        # At the end of every tick: entries this node appended during the tick
+        # (as leader) are made durable while the followers work on them, so the
+        # acknowledgement below rarely waits for the journal.
+        assert self._syncobj is not None
+        self._syncobj.sync_journal()
         with self._acks_lock:
             acks, self._acks = self._acks, []
         if not acks or self._loop is None:
             return
         if any(error == FAIL_REASON.SUCCESS for _, _, error in acks):
-            assert self._syncobj is not None
-            self._syncobj.sync_journal()
             self._storage.commit_log.sync()
         self._loop.call_soon_threadsafe(self._deliver, acks)
 

@@ -8,10 +8,13 @@ by themselves (pysyncobj costs about the same per entry whatever its size).
 Read barriers coalesce: every linearizable read that arrives before the next
 flush shares one Barrier command in that entry.
 
-Bounds: more than ``max_pending_commands`` waiting raises Overloaded; a caller
-waits at most ``proposal_timeout`` and then gets UnknownOutcome; an entry
-that pysyncobj never answers (its async calls have no timeout) is expired
-by a sweeper so its slots are freed.
+Bounds: more than ``max_pending_commands`` waiting raises Overloaded. Every
+command has a deadline ``proposal_timeout`` after it arrived, enforced by
+:meth:`GroupCommitProposer.expire` (the owner calls it a few times a second;
+one sweep costs far less than a timer per request): a command still pending
+then was never handed to raft and gets NotApplied; one in an entry raft has
+not answered gets UnknownOutcome, and its slot is freed (pysyncobj's async
+calls have no timeout of their own).
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node.commands import Barrier, Batch, Command, encode_entry
-from node.errors import NodeNotReady, Overloaded, RequestError, UnknownOutcome
+from node.errors import (
+    InvalidRequest,
+    NodeNotReady,
+    NotApplied,
+    Overloaded,
+    RequestError,
+    UnknownOutcome,
+)
 from node.results import CommandResult, ResultCode
 
 logger = logging.getLogger(__name__)
@@ -39,6 +49,13 @@ Submit = Callable[[int, bytes], None]
 @dataclass
 class _InFlight:
     futures: list[asyncio.Future[CommandResult]]
+    deadline: float
+
+
+@dataclass
+class _Pending:
+    command: Command
+    future: asyncio.Future[CommandResult]
     deadline: float
 
 
@@ -63,7 +80,7 @@ class GroupCommitProposer:
         self._max_entries = max_entries_in_flight
         self._max_pending = max_pending_commands
         self._timeout = proposal_timeout
-        self._pending: list[tuple[Command, asyncio.Future[CommandResult]]] = []
+        self._pending: list[_Pending] = []
         self._barrier: asyncio.Future[CommandResult] | None = None
         self._in_flight: dict[int, _InFlight] = {}
         self._waiting = 0  # commands pending or in flight
@@ -77,13 +94,12 @@ class GroupCommitProposer:
         return self._waiting
 
     async def propose(self, command: Command) -> CommandResult:
-        future = self._enqueue(command)
-        return await self._wait(future)
+        return await self._enqueue(command)
 
     async def read_barrier(self) -> None:
         if self._barrier is None:
             self._barrier = self._enqueue(Barrier())
-        result = await self._wait(self._barrier)
+        result = await self._barrier
         if result.code is not ResultCode.OK:
             raise NodeNotReady(f"read barrier failed on this node: {result.code.value}")
 
@@ -91,19 +107,10 @@ class GroupCommitProposer:
         if self._waiting >= self._max_pending:
             raise Overloaded(f"{self._waiting} commands are already waiting for raft")
         future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
-        self._pending.append((command, future))
+        self._pending.append(_Pending(command, future, time.monotonic() + self._timeout))
         self._waiting += 1
         self._schedule_flush()
         return future
-
-    async def _wait(self, future: asyncio.Future[CommandResult]) -> CommandResult:
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), self._timeout)
-        except TimeoutError:
-            future.add_done_callback(_consume)
-            raise UnknownOutcome(
-                f"no outcome within {self._timeout:g}s: the write may or may not be applied"
-            ) from None
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and len(self._in_flight) < self._max_entries:
@@ -115,17 +122,42 @@ class GroupCommitProposer:
         while self._pending and len(self._in_flight) < self._max_entries:
             batch = self._pending[: self._max_commands]
             del self._pending[: self._max_commands]
-            futures = [future for _, future in batch]
+            futures = [p.future for p in batch]
             if self._barrier is not None and any(f is self._barrier for f in futures):
                 self._barrier = None  # later reads need a barrier proposed after them
-            entry = encode_entry(
-                Batch(tuple(command for command, _ in batch), int(time.time() * 1000))
-            )
+            try:
+                entry = encode_entry(
+                    Batch(tuple(p.command for p in batch), int(time.time() * 1000))
+                )
+            except (ValueError, OverflowError, TypeError):
+                self._pending[:0] = self._without_unencodable(batch)
+                continue
             entry_id = next(self._ids)
-            self._in_flight[entry_id] = _InFlight(futures, time.monotonic() + self._timeout * 2)
+            deadline = min(p.deadline for p in batch)
+            self._in_flight[entry_id] = _InFlight(futures, deadline)
             self.entries_submitted += 1
             self.commands_submitted += len(batch)
             self._submit(entry_id, entry)
+
+    def _without_unencodable(self, batch: list[_Pending]) -> list[_Pending]:
+        """Fail the commands that cannot be encoded; return the others to retry."""
+        keep = []
+        for pending in batch:
+            try:
+                encode_entry(Batch((pending.command,)))
+            except (ValueError, OverflowError, TypeError) as exc:
+                self._fail_pending(pending, InvalidRequest(f"the command cannot be encoded: {exc}"))
+            else:
+                keep.append(pending)
+        return keep
+
+    def _fail_pending(self, pending: _Pending, error: RequestError) -> None:
+        self._waiting -= 1
+        if pending.future is self._barrier:
+            self._barrier = None
+        if not pending.future.done():
+            pending.future.set_exception(error)
+            pending.future.add_done_callback(_consume)
 
     def complete(self, entry_id: int, outcome: Outcome) -> None:
         """Deliver raft's outcome for an entry (on the loop thread)."""
@@ -152,23 +184,31 @@ class GroupCommitProposer:
                 future.set_result(outcome[i])
 
     def expire(self, now: float | None = None) -> int:
-        """Fail entries raft never answered; returns how many."""
+        """Fail commands past their deadline; returns how many entries and commands."""
         now = time.monotonic() if now is None else now
         expired = [i for i, e in self._in_flight.items() if e.deadline <= now]
         for entry_id in expired:
             entry = self._in_flight.pop(entry_id)
-            logger.warning("raft gave no outcome for entry %d: reporting unknown outcome", entry_id)
-            self._finish(entry, UnknownOutcome("raft gave no outcome for this write"))
+            logger.warning("raft gave no outcome for entry %d in time: unknown outcome", entry_id)
+            self._finish(
+                entry,
+                UnknownOutcome(
+                    f"no outcome within {self._timeout:g}s: the write may or may not be applied"
+                ),
+            )
+        late = [p for p in self._pending if p.deadline <= now]
+        if late:
+            self._pending = [p for p in self._pending if p.deadline > now]
+            for pending in late:
+                self._fail_pending(
+                    pending, NotApplied(f"not handed to raft within {self._timeout:g}s")
+                )
         if expired:
             self._schedule_flush()
-        return len(expired)
+        return len(expired) + len(late)
 
     def fail_pending(self, error: RequestError) -> None:
         """Fail everything not yet handed to raft (on shutdown)."""
         pending, self._pending = self._pending, []
-        self._barrier = None
-        for _, future in pending:
-            self._waiting -= 1
-            if not future.done():
-                future.set_exception(error)
-                future.add_done_callback(_consume)
+        for item in pending:
+            self._fail_pending(item, error)

@@ -49,6 +49,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
     ) -> None:
         # Set before SyncObj.__init__: its thread may replay the journal at once.
         self._rkv_applier = applier
+        self._rkv_synced: tuple[int, int] | None = None
         super().__init__(self_address, partner_addresses, conf, transportClass=DurableTransport)
 
     @replicated  # type: ignore[untyped-decorator]
@@ -58,11 +59,20 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         return self._rkv_applier(self.raftLastApplied + 1, entry)
 
     def sync_journal(self) -> None:
-        """msync pysyncobj's memory-mapped journal (it never does so itself)."""
+        """msync pysyncobj's memory-mapped journal (it never does so itself).
+
+        Skipped when the journal's last entry is the one synced last time: an
+        (index, term) pair names a unique entry, so truncations and snapshot
+        loads, which change it, are always synced.
+        """
         journal = getattr(self, "_SyncObj__raftLog", None)
-        flush = getattr(journal, "flush", None)
-        if flush is not None:
-            flush()
+        if journal is None or not len(journal):
+            return
+        _, index, term = journal[len(journal) - 1]
+        if (index, term) == self._rkv_synced:
+            return
+        journal.flush()
+        self._rkv_synced = (index, term)
 
     def leader_address(self) -> str | None:
         leader = self._getLeader()

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from node.commands import Barrier, Put, decode_entry
-from node.errors import NotApplied, Overloaded, UnknownOutcome
+from node.errors import InvalidRequest, NotApplied, Overloaded, UnknownOutcome
 from node.results import CommandResult, ResultCode
 from raft.proposer import GroupCommitProposer
 
@@ -115,24 +115,36 @@ async def test_too_many_waiting_commands_is_overloaded() -> None:
 
 
 @pytest.mark.asyncio
-async def test_no_answer_within_the_timeout_is_an_unknown_outcome() -> None:
+async def test_no_answer_by_the_deadline_is_an_unknown_outcome() -> None:
     raft = Raft()
-    proposer = make(raft, proposal_timeout=0.05)
+    proposer = make(raft, proposal_timeout=5.0)
+    task = asyncio.create_task(proposer.propose(Put(b"k", b"v")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert proposer.expire() == 0  # not yet
+    assert proposer.expire(now=10**12) == 1
     with pytest.raises(UnknownOutcome):
-        await proposer.propose(Put(b"k", b"v"))
-    # a late answer is ignored without noise; the sweeper frees the slot later
-    proposer.complete(raft.entries[0][0], ok_results(1))
+        await task
+    assert proposer.commands_waiting == 0
+    proposer.complete(raft.entries[0][0], ok_results(1))  # a late answer is ignored
     assert proposer.commands_waiting == 0
 
 
 @pytest.mark.asyncio
-async def test_entries_raft_never_answers_are_expired() -> None:
+async def test_commands_never_handed_to_raft_are_not_applied() -> None:
     raft = Raft()
-    proposer = make(raft, proposal_timeout=0.05)
+    proposer = make(raft, max_entries_in_flight=1)
+    first = asyncio.create_task(proposer.propose(Put(b"a", b"v")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    queued = asyncio.create_task(proposer.propose(Put(b"b", b"v")))  # waits: 1 entry in flight
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 1
+    assert proposer.expire(now=10**12) == 2
     with pytest.raises(UnknownOutcome):
-        await proposer.propose(Put(b"k", b"v"))
-    assert proposer.commands_waiting == 1
-    assert proposer.expire(now=10**12) == 1
+        await first
+    with pytest.raises(NotApplied):
+        await queued
     assert proposer.commands_waiting == 0
 
 
@@ -172,3 +184,19 @@ async def test_a_failed_barrier_does_not_block_later_reads() -> None:
     assert len(raft.entries) == 2
     proposer.complete(raft.entries[1][0], ok_results(1))
     await again
+
+
+@pytest.mark.asyncio
+async def test_an_unencodable_command_fails_alone_and_frees_its_slot() -> None:
+    raft = Raft()
+    proposer = make(raft)
+    good = [asyncio.create_task(proposer.propose(Put(b"k%d" % i, b"v"))) for i in range(5)]
+    bad = asyncio.create_task(proposer.propose(Put(b"k", b"v", expected_version=2**64)))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    with pytest.raises(InvalidRequest):
+        await bad
+    assert len(raft.entries) == 1 and len(raft.commands(0)) == 5
+    proposer.complete(raft.entries[0][0], ok_results(5))
+    assert all(r.ok for r in await asyncio.gather(*good))
+    assert proposer.commands_waiting == 0

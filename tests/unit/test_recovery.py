@@ -170,13 +170,13 @@ def test_fsync_policy_decides_when_appends_are_synced(
 ) -> None:
     storage = open_storage(tmp_path, StorageConfig(fsync=policy))
     calls: list[int] = []
-    real_fsync = os.fsync
+    real_fsync = os.fdatasync
 
     def counting_fsync(fd: int) -> None:
         calls.append(fd)
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "fdatasync", counting_fsync)
     for i in range(1, 4):
         storage.state_machine.apply(i, encode_entry(Batch((Put(b"k", b"v"),), i)))
     assert len(calls) == expected

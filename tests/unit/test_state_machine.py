@@ -171,7 +171,17 @@ def log_of(storage: NodeStorage) -> list[LogLine]:
 
 # -- generated workloads ----------------------------------------------------------
 
-KEYS = [b"a", b"b", b"c", b"dir/x", b"dir/y", b"\x00raw"]
+KEYS = [
+    b"a",
+    b"b",
+    b"c",
+    b"dir/x",
+    b"dir/y",
+    b"\x00raw",
+    b"L" * 600 + b"1",
+    b"L" * 600 + b"2",
+    b"k" * MAX_KEY_BYTES,
+]
 BAD_KEYS = [b"", b"k" * (MAX_KEY_BYTES + 1), RESERVED_PREFIX + b"p"]
 EXPECTED_KINDS = ["current", "current", "current", "zero", "wrong"]
 

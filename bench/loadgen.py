@@ -1,0 +1,194 @@
+"""What a benchmark run sends (``Load``), what it measured (``Result``), and the Python side
+of the load: preloading keys and the aiohttp closed-loop generator used when wrk is missing.
+
+Two request shapes, kept identical to bench/wrk/kv.lua:
+
+- ``rest`` (rkv, the trivial server): ``PUT {path}{key}`` with the value as body,
+  ``GET {path}{key}{extra}`` where extra is the query string (``?consistency=stale``);
+- ``etcd`` (the v3 JSON gateway): ``POST {path}`` with ``{"key": b64, "value": b64}`` for
+  put, ``{"key": b64 ...extra}`` for range (extra: ``,"serializable":true``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from bench.support import BenchError
+
+VALUE = b"v" * 100  # every PUT writes 100 value bytes
+PRELOAD_CONCURRENCY = 32
+
+
+@dataclass(frozen=True)
+class Api:
+    kind: str  # "rest" | "etcd"
+    put_path: str
+    get_path: str
+    linearizable: str  # the GET extra for a linearizable read
+    stale: str  # the GET extra for a stale (etcd: serializable) read
+
+
+REST = Api("rest", "/v1/kv/", "/v1/kv/", "?consistency=linearizable", "?consistency=stale")
+
+
+def etcd_api(prefix: str) -> Api:
+    """etcd's gateway under ``prefix`` (/v3, /v3beta or /v3alpha)."""
+    return Api("etcd", f"{prefix}/kv/put", f"{prefix}/kv/range", "", ',"serializable":true')
+
+
+@dataclass(frozen=True)
+class Load:
+    system: str
+    workload: str  # put | get_linearizable | get_stale | put_1conn
+    op: str  # put | get
+    api: str  # rest | etcd
+    urls: tuple[str, ...]  # "http://127.0.0.1:port"; thread i loads urls[i % len(urls)]
+    path: str
+    extra: str
+    key_prefix: str
+    keys: int  # preloaded keys (GET)
+    connections: int
+    threads: int
+    duration: float
+
+
+@dataclass
+class Result:
+    load: Load
+    generator: str  # "wrk" | "python"
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    errors: dict[str, int] = field(default_factory=dict)  # kind -> count, zeros left out
+    raw: str = ""  # wrk's own output, kept for the JSON report
+
+    @property
+    def ops(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+
+def get_key(prefix: str, index: int) -> str:
+    return f"{prefix}{index:06d}"
+
+
+def request_parts(api: str, op: str, path: str, extra: str, key: str) -> tuple[str, str, bytes]:
+    """(method, path, body) of one request, as kv.lua builds it."""
+    if api == "etcd":
+        b64 = base64.b64encode(key.encode()).decode()
+        if op == "put":
+            value = base64.b64encode(VALUE).decode()
+            return "POST", path, f'{{"key":"{b64}","value":"{value}"}}'.encode()
+        return "POST", path, f'{{"key":"{b64}"{extra}}}'.encode()
+    if op == "put":
+        return "PUT", path + key, VALUE
+    return "GET", path + key + extra, b""
+
+
+def answer_problem(api: str, op: str, status: int, body: bytes) -> str | None:
+    """Why a response does not count as a success (kv.lua's response() check), or None."""
+    if not 200 <= status < 300:
+        return "non_2xx"
+    if api == "etcd" and op == "get" and b'"kvs"' not in body:
+        return "missing"
+    return None
+
+
+async def _send(
+    session: aiohttp.ClientSession, base: str, parts: tuple[str, str, bytes]
+) -> tuple[int, bytes]:
+    method, path, body = parts
+    headers = {"Content-Type": "application/json"} if body.startswith(b"{") else {}
+    async with session.request(method, base + path, data=body or None, headers=headers) as resp:
+        return resp.status, await resp.read()
+
+
+async def _preload(api: Api, url: str, prefix: str, count: int) -> None:
+    keys = iter(range(count))
+    failures: list[str] = []
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for index in keys:
+            parts = request_parts(api.kind, "put", api.put_path, "", get_key(prefix, index))
+            status, body = await _send(session, url, parts)
+            if answer_problem(api.kind, "put", status, body):
+                failures.append(f"{status} {body[:200]!r}")
+
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.gather(*(worker(session) for _ in range(PRELOAD_CONCURRENCY)))
+        check = request_parts(api.kind, "get", api.get_path, "", get_key(prefix, count - 1))
+        status, body = await _send(session, url, check)
+        if answer_problem(api.kind, "get", status, body):
+            failures.append(f"read-back {status} {body[:200]!r}")
+    if failures:
+        raise BenchError(f"preload of {count} keys to {url}: {len(failures)} failed: {failures[0]}")
+
+
+def preload(api: Api, url: str, prefix: str, count: int) -> None:
+    """PUT keys prefix000000 .. through ``url`` (the leader) and read the last one back."""
+    asyncio.run(_preload(api, url, prefix, count))
+
+
+async def _closed_loop(load: Load) -> Result:
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    counter = itertools.count()
+    deadline = time.monotonic() + load.duration
+
+    def next_parts(worker: int) -> tuple[str, str, bytes]:
+        n = next(counter)
+        if load.op == "get":
+            key = get_key(load.key_prefix, (n * 7919) % load.keys)
+        else:
+            key = f"{load.key_prefix}{worker}-{n}"
+        return request_parts(load.api, load.op, load.path, load.extra, key)
+
+    async def worker(session: aiohttp.ClientSession, index: int) -> None:
+        base = load.urls[index % len(load.urls)]
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            try:
+                status, body = await _send(session, base, next_parts(index))
+            except (aiohttp.ClientError, TimeoutError):
+                errors["socket"] = errors.get("socket", 0) + 1
+                continue
+            latencies.append(time.perf_counter() - started)
+            problem = answer_problem(load.api, load.op, status, body)
+            if problem:
+                errors[problem] = errors.get(problem, 0) + 1
+
+    connector = aiohttp.TCPConnector(limit=load.connections)
+    timeout = aiohttp.ClientTimeout(total=5)
+    started = time.monotonic()
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(worker(session, i) for i in range(load.connections)))
+    seconds = time.monotonic() - started
+    return _result(load, latencies, errors, seconds)
+
+
+def _result(load: Load, latencies: list[float], errors: dict[str, int], seconds: float) -> Result:
+    latencies.sort()
+
+    def percentile(p: float) -> float:
+        if not latencies:
+            return 0.0
+        return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000
+
+    requests = len(latencies)
+    return Result(load, "python", requests, seconds, percentile(50), percentile(99), errors)
+
+
+def run_python(load: Load) -> Result:
+    """The fallback generator: ``load.connections`` aiohttp workers in a closed loop."""
+    return asyncio.run(_closed_loop(load))

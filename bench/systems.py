@@ -1,0 +1,57 @@
+"""The three systems under load, each started on 127.0.0.1 inside a ``Processes``: an rkv
+cluster (``rkv up``), an etcd cluster, and bench/trivial_server.py (the ceiling)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import etcd_cluster, rkv_cluster
+from bench.loadgen import REST, Api, etcd_api
+from bench.procs import Processes
+from bench.support import LOOPBACK, free_ports, http_request, wait_until
+
+RKV, ETCD, TRIVIAL = "rkv", "etcd", "trivial"
+SYSTEMS = (RKV, ETCD, TRIVIAL)
+TRIVIAL_SERVER = Path(__file__).resolve().parent / "trivial_server.py"
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    api: Api
+    leader: str  # PUTs and linearizable GETs go here
+    members: tuple[str, ...]  # stale GETs are spread over these
+    about: dict[str, Any] = field(default_factory=dict)
+
+
+def start_rkv(procs: Processes, data: Path) -> System:
+    cluster = rkv_cluster.start(procs, data)
+    return System(RKV, REST, cluster.leader_url, cluster.urls, {"rkv leader": cluster.leader_url})
+
+
+def start_etcd(procs: Processes, data: Path) -> System:
+    cluster = etcd_cluster.start(procs, data)
+    api = etcd_api(cluster.prefix)
+    about = {"etcd version": cluster.version, "etcd gateway prefix": cluster.prefix}
+    return System(ETCD, api, cluster.leader_url, cluster.client_urls, about)
+
+
+def start_trivial(procs: Processes, data: Path) -> System:
+    port = free_ports(1)[0]
+    url = f"http://{LOOPBACK}:{port}"
+    argv = [sys.executable, "-P", str(TRIVIAL_SERVER), "--port", str(port)]
+    server = procs.start("trivial server", argv, data / "trivial.log")
+    ready = lambda: http_request(f"{url}/readyz")[0] == 200  # noqa: E731
+    wait_until("trivial server", ready, 30, server.exited)
+    return System(TRIVIAL, REST, url, (url,))
+
+
+STARTERS: dict[str, Callable[[Processes, Path], System]] = {
+    RKV: start_rkv,
+    ETCD: start_etcd,
+    TRIVIAL: start_trivial,
+}

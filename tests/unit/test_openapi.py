@@ -1,0 +1,164 @@
+"""The OpenAPI document names exactly the routes the app serves, and is valid OpenAPI 3.1.
+
+The real app is built (http_api.app.build_app) around a stand-in that only
+satisfies the KvApi protocol so the router can be read: no request is served
+here. tests/cluster/test_http_api.py checks that a running node serves this
+same document at /v1/openapi.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from aiohttp import web
+from openapi_spec_validator import OpenAPIV31SpecValidator, validate
+
+from http_api.app import build_app
+from http_api.openapi import openapi_document
+from node.commands import Command
+from node.keyspace import DEFAULT_MAX_VALUE_BYTES
+from node.kv_service import Consistency, ScanPage
+from node.lmdb_store import StoredValue
+from node.results import CommandResult
+
+HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+
+
+class NoService:
+    """Satisfies KvApi for the type checker and build_app; serves nothing."""
+
+    @property
+    def max_value_bytes(self) -> int:
+        return DEFAULT_MAX_VALUE_BYTES
+
+    def check_key(self, key: bytes) -> None:
+        raise NotImplementedError
+
+    def check_value(self, value: bytes) -> None:
+        raise NotImplementedError
+
+    async def put(self, key: bytes, value: bytes, expected_version: int | None = None) -> int:
+        raise NotImplementedError
+
+    async def delete(self, key: bytes, expected_version: int | None = None) -> int:
+        raise NotImplementedError
+
+    async def execute(self, command: Command) -> CommandResult:
+        raise NotImplementedError
+
+    async def get(
+        self,
+        key: bytes,
+        consistency: Consistency = Consistency.LINEARIZABLE,
+        min_version: int | None = None,
+    ) -> StoredValue:
+        raise NotImplementedError
+
+    async def scan(
+        self,
+        prefix: bytes,
+        start_after: bytes | None = None,
+        limit: int = 100,
+        consistency: Consistency = Consistency.LINEARIZABLE,
+        min_version: int | None = None,
+    ) -> ScanPage:
+        raise NotImplementedError
+
+    def status(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def ready(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+
+@pytest.fixture(scope="module")
+def app() -> web.Application:
+    return build_app(NoService())
+
+
+def template(resource: web.AbstractResource | None) -> str:
+    """aiohttp's path with any "{name:regex}" written as OpenAPI's "{name}"."""
+    assert resource is not None
+    formatter = resource.get_info().get("formatter") or resource.get_info()["path"]
+    return re.sub(r"\{([A-Za-z_][A-Za-z0-9_]*):[^{}]*\}", r"{\1}", str(formatter))
+
+
+def served_routes(app: web.Application) -> set[tuple[str, str]]:
+    return {(route.method, template(route.resource)) for route in app.router.routes()}
+
+
+def documented_routes(document: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (method.upper(), path)
+        for path, item in document["paths"].items()
+        for method in item
+        if method in HTTP_METHODS
+    }
+
+
+async def nothing(request: web.Request) -> web.Response:
+    raise NotImplementedError
+
+
+def test_the_template_mapping() -> None:
+    router = web.Application().router
+    plain = router.add_route("GET", "/a/b", nothing)
+    keyed = router.add_route("PUT", r"/v1/kv/{key:[\s\S]*}", nothing)
+    dotted = router.add_route("GET", "/x/{key:.+}/{n}", nothing)
+    assert template(plain.resource) == "/a/b"
+    assert template(keyed.resource) == "/v1/kv/{key}"
+    assert template(dotted.resource) == "/x/{key}/{n}"
+
+
+def test_every_served_route_is_documented_and_nothing_else(app: web.Application) -> None:
+    served = served_routes(app)
+    documented = documented_routes(openapi_document())
+    assert ("PUT", "/v1/kv/{key}") in served  # the regex was mapped
+    assert ("HEAD", "/v1/status") not in served  # no implicit HEAD routes to document
+    assert served - documented == set(), "served but not in http_api/openapi.py"
+    assert documented - served == set(), "documented but not served"
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    document = openapi_document()
+    assert document["openapi"].startswith("3.1.")
+    validate(document, cls=OpenAPIV31SpecValidator)
+
+
+def test_the_document_is_plain_json() -> None:
+    document = openapi_document()
+    assert json.loads(json.dumps(document)) == document
+
+
+def test_path_parameters_match_the_templates() -> None:
+    for path, item in openapi_document()["paths"].items():
+        names = set(re.findall(r"\{([^{}]+)\}", path))
+        for method, operation in item.items():
+            if method not in HTTP_METHODS:
+                continue
+            declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
+            assert declared == names, (method, path)
+
+
+def test_every_error_response_is_the_error_schema() -> None:
+    document = openapi_document()
+    assert set(document["components"]["schemas"]["Error"]["required"]) == {"code", "message"}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            assert operation["responses"], (method, path)
+            for status, response in operation["responses"].items():
+                assert response["description"], (method, path, status)
+                if int(status) < 400 or path == "/readyz":
+                    continue
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+
+
+def test_every_ref_resolves() -> None:
+    document = openapi_document()
+    refs = set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(document)))
+    assert refs
+    assert refs <= set(document["components"]["schemas"])

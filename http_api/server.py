@@ -7,7 +7,6 @@ from aiohttp import web
 from http_api.app import build_app
 from http_api.kv_api import KvApi
 
-
 MAX_LINE_BYTES = 64 * 1024
 
 

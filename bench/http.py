@@ -62,7 +62,7 @@ from bench import http_report  # noqa: E402
 from bench.http_report import WORKLOADS  # noqa: E402
 from bench.loadgen import Load, Result, preload, run_python  # noqa: E402
 from bench.procs import Processes, interrupt_on_signals  # noqa: E402
-from bench.support import BenchError, progress  # noqa: E402
+from bench.support import BenchError, http_json, progress  # noqa: E402
 from bench.systems import STARTERS, SYSTEMS, System  # noqa: E402
 from bench.wrk_runner import find_wrk, run_wrk, wrk_version  # noqa: E402
 
@@ -117,7 +117,27 @@ def measure(system: System, settings: Settings, runner: Runner) -> list[Result]:
     if settings.warmup > 0:
         progress(f"{system.name}: warm-up, {settings.warmup:g} s of PUT load")
         runner(replace(loads[0], duration=settings.warmup, key_prefix="warmup-"))
-    return [run_one(load, runner) for load in loads]
+    before = raft_terms(system)
+    results = [run_one(load, runner) for load in loads]
+    after = raft_terms(system)
+    if before:
+        elections = {url: after.get(url, -1) - term for url, term in before.items()}
+        system.about["raft terms before/after load"] = f"{before} -> {after}"
+        system.about["elections during load"] = max(elections.values())
+        progress(f"{system.name}: elections during the load: {max(elections.values())}")
+    return results
+
+
+def raft_terms(system: System) -> dict[str, int]:
+    """Each rkv node's raft term (a new term means an election); empty for other systems."""
+    if system.name != "rkv":
+        return {}
+    terms = {}
+    for url in system.members:
+        status = http_json(f"{url}/v1/status")
+        if isinstance(status, dict) and isinstance(status.get("term"), int):
+            terms[url] = status["term"]
+    return terms
 
 
 def run_one(load: Load, runner: Runner) -> Result:
@@ -142,7 +162,9 @@ def bench_system(name: str, settings: Settings, runner: Runner, meta: dict[str, 
         with Processes() as procs:
             system = STARTERS[name](procs, Path(scratch))
             meta.update(system.about)
-            return measure(system, settings, runner)
+            results = measure(system, settings, runner)
+            meta.update(system.about)  # what the run learnt (elections during load)
+            return results
     finally:
         if settings.keep_data:
             progress(f"{name}: data and logs kept in {scratch}")
@@ -201,7 +223,13 @@ def run(settings: Settings) -> int:
             failed[name] = str(error)
     if failed:
         meta["failed"] = failed
-    for key in ("load generator", "etcd version", "etcd gateway prefix", "load average at start"):
+    for key in (
+        "load generator",
+        "etcd version",
+        "etcd gateway prefix",
+        "load average at start",
+        "elections during load",
+    ):
         if key in meta:
             print(f"{key}: {meta[key]}")
     print(http_report.text_report(results))

@@ -119,7 +119,7 @@ def render_txn_result(result: CommandResult, encoding: str) -> dict[str, Any]:
     for op in result.op_results:
         item: dict[str, Any] = {"op": op.op, "key": encode_bytes(op.key, encoding, "key")}
         if op.op == "put":
-            item["version"] = op.version
+            item.update(version=op.version, create_version=op.create_version)
         elif op.op == "delete":
             item.update(found=op.found, version=op.version)
         else:

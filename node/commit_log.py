@@ -6,8 +6,9 @@ only a cache of this log. Offsets are strictly increasing and never reused
 offset is the version of its key.
 
 Concurrency: one writer (the apply thread) appends; any number of readers may
-iterate at the same time. A reader sees the segments and sizes as they were
-when its iteration reached them, never a half-written batch.
+iterate at the same time, and another thread may call :meth:`CommitLog.sync`.
+A reader sees the segments and sizes as they were when its iteration reached
+them, never a half-written batch.
 
 Durability: with :attr:`FsyncPolicy.ALWAYS` every append is fsynced; with
 ``ON_SYNC`` the owner calls :meth:`CommitLog.sync` at its durability point.
@@ -49,6 +50,9 @@ class CommitLog:
         self._config = config
         self._max_record_bytes = max_record_bytes(config.max_value_bytes, MAX_KEY_BYTES)
         self._lock = threading.Lock()
+        # sync() may run on another thread than appends (raft/ack_syncer.py):
+        # it must not meet a roll half-way, when the active segment's fd closes.
+        self._sync_lock = threading.Lock()
         self._segments: list[Segment] = []
         self._bases: list[int] = []
 
@@ -156,16 +160,18 @@ class CommitLog:
         if self.active.is_empty:
             return
         base = self.next_offset
-        self.active.close()
-        segment = self._create_segment(base)
-        with self._lock:
-            self._segments.append(segment)
-            self._bases.append(base)
+        with self._sync_lock:
+            self.active.close()
+            segment = self._create_segment(base)
+            with self._lock:
+                self._segments.append(segment)
+                self._bases.append(base)
         logger.info("commit log rolled to segment %s", segment.log_path.name)
 
     def sync(self) -> None:
-        """Make everything appended so far durable."""
-        self.active.sync()
+        """Make everything appended so far durable (safe from any thread)."""
+        with self._sync_lock:
+            self.active.sync()
 
     def close(self) -> None:
         """Fsync and release the active segment; the log must not be used afterwards."""

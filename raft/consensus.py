@@ -32,6 +32,7 @@ from node.commands import Command
 from node.errors import NotApplied, Overloaded, RequestError, UnknownOutcome
 from node.recovery import NodeStorage
 from node.results import CommandResult, ResultCode
+from raft.ack_syncer import AckSyncer
 from raft.config import Member, RaftConfig
 from raft.proposer import GroupCommitProposer, Outcome
 from raft.snapshot_marker import SnapshotMarkers
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 JOURNAL_FILE = "raft.journal"
 MARKER_FILE = "raft.marker"
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+# A node further behind the leader's commit index than this is not ready.
+_READY_LAG_ENTRIES = 100
 # How often proposal deadlines are enforced: a write waits at most
 # proposal_timeout plus this.
 _SWEEP_SECONDS = 0.25
@@ -71,11 +74,13 @@ class RaftConsensus:
             proposal_timeout=config.proposal_timeout,
         )
         self._markers = SnapshotMarkers(storage, config.self_member.node_id, self._stall)
+        self._syncer = AckSyncer(storage.commit_log.sync, self._deliver_threadsafe)
 
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._syncer.start()
         journal_dir = Path(self._config.journal_dir)
         journal_dir.mkdir(parents=True, exist_ok=True)
         cfg = self._config
@@ -109,6 +114,8 @@ class RaftConsensus:
             ),
         )
         self._syncobj.addOnTickCallback(self._on_tick)
+        if self._stalled is not None:
+            self._syncobj.stop_campaigning()
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def stop(self) -> None:
@@ -123,6 +130,7 @@ class RaftConsensus:
             thread = getattr(syncobj, "_SyncObj__thread", None)
             if thread is not None:
                 await asyncio.get_running_loop().run_in_executor(None, thread.join, 10.0)
+        await asyncio.get_running_loop().run_in_executor(None, self._syncer.stop)
 
     async def _sweep(self) -> None:
         while True:
@@ -151,6 +159,10 @@ class RaftConsensus:
         if self._stalled is None:
             logger.error("STALLED: %s", reason)
         self._stalled = reason
+        # A node missing entries must never lead: it would answer nothing and
+        # redirect leader reads to itself.
+        if self._syncobj is not None:
+            self._syncobj.stop_campaigning()
 
     def _on_result(self, entry_id: int, result: Any, error: int) -> None:
         with self._acks_lock:
@@ -167,8 +179,14 @@ class RaftConsensus:
         if not acks or self._loop is None:
             return
         if any(error == FAIL_REASON.SUCCESS for _, _, error in acks):
-            self._storage.commit_log.sync()
-        self._loop.call_soon_threadsafe(self._deliver, acks)
+            self._syncer.submit(acks)  # fsync the commit log, then answer
+        else:
+            self._deliver_threadsafe(acks)
+
+    def _deliver_threadsafe(self, acks: list[tuple[int, Any, int]]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._deliver, acks)
 
     def _on_state_changed(self, old: int, new: int) -> None:
         self.role_changes += 1
@@ -205,10 +223,22 @@ class RaftConsensus:
         return self._syncobj is not None and bool(self._syncobj._isLeader())
 
     def leader(self) -> Member | None:
-        if self._syncobj is None:
+        """The leader this node follows, if it is itself or still connected to it.
+
+        pysyncobj forgets a leader only when an election starts; a node that
+        does not campaign (stalled) would otherwise name a dead leader forever.
+        """
+        syncobj = self._syncobj
+        if syncobj is None:
             return None
-        address = self._syncobj.leader_address()
-        return None if address is None else self._members.get(address)
+        address = syncobj.leader_address()
+        if address is None:
+            return None
+        if address != self._config.self_member.raft_address and not syncobj.is_connected_to(
+            address
+        ):
+            return None
+        return self._members.get(address)
 
     def leader_http_url(self) -> str | None:
         leader = self.leader()
@@ -224,6 +254,7 @@ class RaftConsensus:
             and self.stalled_reason() is None
             and syncobj.isReady()
             and self.leader() is not None
+            and syncobj.apply_lag() <= _READY_LAG_ENTRIES
         )
 
     def status(self) -> dict[str, Any]:
@@ -276,7 +307,9 @@ def _outcome(result: Any, error: int) -> Outcome:
         failure = Overloaded("raft's command queue is full")
     elif error == FAIL_REASON.MISSING_LEADER:
         failure = NotApplied("no leader is known (an election is in progress or no quorum)")
-    elif error in (FAIL_REASON.DISCARDED, FAIL_REASON.NOT_LEADER, FAIL_REASON.LEADER_CHANGED):
+    elif error in (FAIL_REASON.DISCARDED, FAIL_REASON.NOT_LEADER):
+        # DISCARDED: another entry was committed at this one's index, so this one
+        # never will be. NOT_LEADER: the node asked never appended it.
         failure = NotApplied("the leader changed before the write was committed")
     elif error == FAIL_REASON.REQUEST_DENIED:
         failure = NotApplied("raft denied the request")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.transport import TCPTransport
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,26 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             return
         journal.flush()
         self._rkv_synced = (index, term)
+
+    def stop_campaigning(self) -> None:
+        """Never start an election again (this process): a stalled node must not lead.
+
+        pysyncobj draws each election deadline from its conf's timeouts, so
+        pushing them far out stops this node from becoming a candidate; it
+        still follows and votes.
+        """
+        never = 10.0**9
+        self.conf.raftMinTimeout = never
+        self.conf.raftMaxTimeout = never * 2
+        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + never
+        logger.warning("this node will not stand for election any more")
+
+    def apply_lag(self) -> int:
+        """How many entries the leader has committed that this node has not applied."""
+        leader_commit = getattr(self, "_SyncObj__leaderCommitIndex", None)
+        if leader_commit is None:
+            return 0
+        return max(0, int(leader_commit) - int(self.raftLastApplied))
 
     def leader_address(self) -> str | None:
         leader = self._getLeader()

@@ -168,6 +168,11 @@ class CommitLog:
                 self._bases.append(base)
         logger.info("commit log rolled to segment %s", segment.log_path.name)
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether records were appended since the last sync."""
+        return self.active.unsynced
+
     def sync(self) -> None:
         """Make everything appended so far durable (safe from any thread)."""
         with self._sync_lock:

@@ -114,6 +114,7 @@ class Segment:
         self._index_positions: list[int] = []
         self._last_indexed_position = -index_interval_bytes
         self._fd: int | None = None
+        self._synced_size = 0
 
     # -- opening ---------------------------------------------------------------
 
@@ -248,10 +249,17 @@ class Segment:
             position += len(encoded)
         self.size = position
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether bytes were appended since the last sync."""
+        return self._fd is not None and self.size != self._synced_size
+
     def sync(self) -> None:
         # fdatasync: the data and the file size, not timestamps.
-        if self._fd is not None:
+        if self._fd is not None and self.size != self._synced_size:
+            size = self.size
             os.fdatasync(self._fd)
+            self._synced_size = size
 
     def close(self) -> None:
         """Stop appending: fsync the file and write its index."""

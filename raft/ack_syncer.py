@@ -26,13 +26,20 @@ class AckSyncer:
         self._cond = threading.Condition()
         self._queue: list[Ack] = []
         self._stopping = False
+        self._busy = False
         self._thread = threading.Thread(target=self._run, name="rkv-ack-sync", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def busy(self) -> bool:
+        """Whether answers are queued or being synced (later ones must wait behind them)."""
+        return self._busy
+
     def submit(self, acks: list[Ack]) -> None:
         with self._cond:
+            self._busy = True
             self._queue.extend(acks)
             self._cond.notify()
 
@@ -59,3 +66,6 @@ class AckSyncer:
                 logger.exception("fsync of the commit log failed; %d answers withheld", len(batch))
                 continue
             self._deliver(batch)
+            with self._cond:
+                if not self._queue:
+                    self._busy = False

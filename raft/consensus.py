@@ -178,9 +178,9 @@ class RaftConsensus:
             acks, self._acks = self._acks, []
         if not acks or self._loop is None:
             return
-        if any(error == FAIL_REASON.SUCCESS for _, _, error in acks):
+        if self._storage.commit_log.unsynced or self._syncer.busy:
             self._syncer.submit(acks)  # fsync the commit log, then answer
-        else:
+        else:  # nothing new to make durable (read barriers, failures)
             self._deliver_threadsafe(acks)
 
     def _deliver_threadsafe(self, acks: list[tuple[int, Any, int]]) -> None:

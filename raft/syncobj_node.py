@@ -13,6 +13,7 @@ leader counts as replicated is on the follower's disk.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,13 @@ logger = logging.getLogger(__name__)
 
 EntryApplier = Callable[[int, bytes], Any]
 """Called on the raft thread with (raft index, entry bytes); returns the results."""
+
+
+def journal_fd(journal: Any) -> int | None:
+    """The file descriptor under pysyncobj 0.3.17's memory-mapped FileJournal."""
+    mapped = getattr(journal, "_FileJournal__journalFile", None)
+    file = getattr(mapped, "_ResizableFile__f", None)
+    return None if file is None else int(file.fileno())
 
 
 class DurableTransport(TCPTransport):  # type: ignore[misc]
@@ -60,11 +68,14 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         return self._rkv_applier(self.raftLastApplied + 1, entry)
 
     def sync_journal(self) -> None:
-        """msync pysyncobj's memory-mapped journal (it never does so itself).
+        """Make pysyncobj's memory-mapped journal durable (it never does so itself).
 
-        Skipped when the journal's last entry is the one synced last time: an
-        (index, term) pair names a unique entry, so truncations and snapshot
-        loads, which change it, are always synced.
+        fdatasync on the journal's file descriptor writes the pages dirtied
+        through the shared mapping, like msync, but skips the timestamp-only
+        inode update msync pays for (0.3 ms against 0.7 ms here). Skipped when
+        the journal's last entry is the one synced last time: an (index, term)
+        pair names a unique entry, so truncations and snapshot loads, which
+        change it, are always synced.
         """
         journal = getattr(self, "_SyncObj__raftLog", None)
         if journal is None or not len(journal):
@@ -72,7 +83,11 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         _, index, term = journal[len(journal) - 1]
         if (index, term) == self._rkv_synced:
             return
-        journal.flush()
+        fd = journal_fd(journal)
+        if fd is not None:
+            os.fdatasync(fd)
+        else:  # not pysyncobj 0.3.17's FileJournal: its own msync
+            journal.flush()
         self._rkv_synced = (index, term)
 
     def stop_campaigning(self) -> None:

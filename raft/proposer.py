@@ -6,7 +6,10 @@ to ``max_commands_per_entry`` of them into one entry and submits it. At most
 by themselves (pysyncobj costs about the same per entry whatever its size).
 
 Read barriers coalesce: every linearizable read that arrives before the next
-flush shares one Barrier command in that entry.
+flush shares one Barrier command in that entry. At most one barrier is in
+raft at a time; reads that arrive meanwhile wait together for the next one,
+which is proposed as soon as the current one is applied (like etcd's
+batched ReadIndex), so a barrier round serves every read that queued up.
 
 Bounds: more than ``max_pending_commands`` waiting raises Overloaded. Every
 command has a deadline ``proposal_timeout`` after it arrived, enforced by
@@ -81,7 +84,11 @@ class GroupCommitProposer:
         self._max_pending = max_pending_commands
         self._timeout = proposal_timeout
         self._pending: list[_Pending] = []
+        # The barrier reads may still join (pending, or waiting for the one in raft),
+        # and whether one is in raft.
         self._barrier: asyncio.Future[CommandResult] | None = None
+        self._barrier_queued = False
+        self._barrier_in_raft = False
         self._in_flight: dict[int, _InFlight] = {}
         self._waiting = 0  # commands pending or in flight
         self._ids = itertools.count(1)
@@ -98,10 +105,31 @@ class GroupCommitProposer:
 
     async def read_barrier(self) -> None:
         if self._barrier is None:
-            self._barrier = self._enqueue(Barrier())
+            if self._waiting >= self._max_pending:
+                raise Overloaded(f"{self._waiting} commands are already waiting for raft")
+            self._barrier = asyncio.get_running_loop().create_future()
+            self._barrier_queued = False
+            self._send_barrier()
         result = await self._barrier
         if result.code is not ResultCode.OK:
             raise NodeNotReady(f"read barrier failed on this node: {result.code.value}")
+
+    def _send_barrier(self) -> None:
+        """Queue the joinable barrier for raft, unless one is in raft already."""
+        future = self._barrier
+        if future is None or self._barrier_queued or self._barrier_in_raft:
+            return
+        self._barrier_queued = True
+        self._pending.append(_Pending(Barrier(), future, time.monotonic() + self._timeout))
+        self._waiting += 1
+        future.add_done_callback(self._barrier_done)
+        self._schedule_flush()
+
+    def _barrier_done(self, future: asyncio.Future[CommandResult]) -> None:
+        self._barrier_in_raft = False
+        if future is self._barrier:  # failed before it was flushed
+            self._barrier = None
+        self._send_barrier()
 
     def _enqueue(self, command: Command) -> asyncio.Future[CommandResult]:
         if self._waiting >= self._max_pending:
@@ -124,7 +152,9 @@ class GroupCommitProposer:
             del self._pending[: self._max_commands]
             futures = [p.future for p in batch]
             if self._barrier is not None and any(f is self._barrier for f in futures):
-                self._barrier = None  # later reads need a barrier proposed after them
+                # Later reads need a barrier proposed after them: the next one.
+                self._barrier = None
+                self._barrier_in_raft = True
             try:
                 entry = encode_entry(
                     Batch(tuple(p.command for p in batch), int(time.time() * 1000))

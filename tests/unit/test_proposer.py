@@ -77,22 +77,41 @@ async def test_batches_grow_while_entries_are_in_flight() -> None:
 
 
 @pytest.mark.asyncio
-async def test_reads_arriving_before_a_flush_share_one_barrier() -> None:
+async def test_reads_share_barriers_and_only_one_barrier_is_in_raft() -> None:
     raft = Raft()
     proposer = make(raft)
     reads = [asyncio.create_task(proposer.read_barrier()) for _ in range(20)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert raft.commands(0) == (Barrier(),)
-    late = asyncio.create_task(proposer.read_barrier())  # arrived after the flush
+    assert len(raft.entries) == 1 and raft.commands(0) == (Barrier(),)
+    # Reads after that flush cannot use the barrier already in raft: they wait
+    # together for the next one, proposed once the first is applied.
+    late = [asyncio.create_task(proposer.read_barrier()) for _ in range(10)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert len(raft.entries) == 2 and raft.commands(1) == (Barrier(),)
+    assert len(raft.entries) == 1
     proposer.complete(raft.entries[0][0], ok_results(1))
     await asyncio.gather(*reads)
-    assert not late.done()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not any(t.done() for t in late)
+    assert len(raft.entries) == 2 and raft.commands(1) == (Barrier(),)
     proposer.complete(raft.entries[1][0], ok_results(1))
-    await late
+    await asyncio.gather(*late)
+    assert proposer.commands_waiting == 0
+
+
+@pytest.mark.asyncio
+async def test_a_barrier_travels_with_writes_of_the_same_flush() -> None:
+    raft = Raft()
+    proposer = make(raft)
+    write = asyncio.create_task(proposer.propose(Put(b"k", b"v")))
+    read = asyncio.create_task(proposer.read_barrier())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(raft.entries) == 1 and raft.commands(0) == (Put(b"k", b"v"), Barrier())
+    proposer.complete(raft.entries[0][0], ok_results(2))
+    await asyncio.gather(write, read)
 
 
 @pytest.mark.asyncio

@@ -1,0 +1,86 @@
+"""Flags and RKV_* variables become one validated NodeConfig, or a clear ConfigError."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from node.errors import ConfigError
+from node.settings import add_node_arguments, node_config
+
+
+def parse(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    parser = argparse.ArgumentParser()
+    add_node_arguments(parser)
+    return node_config(parser.parse_args(argv), env or {})
+
+
+BASE = ["--id", "n0", "--data-dir", "/tmp/x", "--raft-listen", "127.0.0.1:9001"]
+SECRET = {"RKV_CLUSTER_SECRET": "s" * 32}
+
+
+def test_flags_make_a_config_with_defaults() -> None:
+    config = parse([*BASE, "--peer", "n1,127.0.0.1:9002,http://127.0.0.1:8002/"], SECRET)
+    assert config.node_id == "n0" and config.data_dir == Path("/tmp/x")
+    assert (config.http_host, config.http_port) == ("127.0.0.1", 8001)
+    assert config.advertise_url == "http://127.0.0.1:8001"
+    assert [(p.node_id, p.raft_address, p.http_url) for p in config.peers] == [
+        ("n1", "127.0.0.1:9002", "http://127.0.0.1:8002")
+    ]
+    assert config.raft.journal_dir == "/tmp/x/raft"
+    assert config.secret == b"s" * 32
+
+
+def test_environment_variables_fill_in_and_flags_win() -> None:
+    env = {
+        **SECRET,
+        "RKV_ID": "from-env",
+        "RKV_DATA_DIR": "/data",
+        "RKV_LISTEN": "0.0.0.0:9999",
+        "RKV_RAFT_LISTEN": "10.0.0.1:7000",
+        "RKV_PEERS": "b,10.0.0.2:7000,http://b:8001;c,10.0.0.3:7000,http://c:8001",
+        "RKV_MAX_VALUE_BYTES": "2048",
+    }
+    config = parse([], env)
+    assert (config.node_id, config.http_port, len(config.peers)) == ("from-env", 9999, 2)
+    assert config.storage.max_value_bytes == 2048
+    assert parse(["--id", "flag"], env).node_id == "flag"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--data-dir", "/x", "--raft-listen", "h:1"], SECRET, "--id"),
+        (["--id", "a", "--raft-listen", "h:1"], SECRET, "--data-dir"),
+        (["--id", "a", "--data-dir", "/x"], SECRET, "--raft-listen"),
+        ([*BASE, "--listen", "nohost"], SECRET, "--listen must be HOST:PORT"),
+        ([*BASE, "--listen", "h:70000"], SECRET, "--listen must be HOST:PORT"),
+        ([*BASE, "--peer", "n1,127.0.0.1:9002"], SECRET, "a peer is ID,RAFT_HOST:PORT,HTTP_URL"),
+        ([*BASE, "--peer", "n1,127.0.0.1:9002,ftp://x"], SECRET, "must start with http://"),
+        ([*BASE, "--peer", "n0,127.0.0.1:9002,http://x"], SECRET, "member ids must be unique"),
+        ([*BASE, "--max-value-bytes", "-1"], SECRET, "--max-value-bytes must be a positive"),
+        ([*BASE, "--proposal-timeout", "soon"], SECRET, "--proposal-timeout must be a number"),
+        ([*BASE, "--log-level", "LOUD"], SECRET, "--log-level must be"),
+        (BASE, {}, "a cluster secret is required"),
+        (BASE, {"RKV_CLUSTER_SECRET": "short"}, "at least 16 bytes"),
+        ([*BASE, "--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse(argv, env)
+
+
+def test_insecure_dev_mode_runs_without_a_secret_only_when_asked() -> None:
+    assert parse([*BASE, "--insecure-dev-mode"]).secret is None
+    assert parse(BASE, {"RKV_INSECURE_DEV_MODE": "1"}).secret is None
+
+
+def test_secret_file_is_read_and_stripped(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("x" * 40 + "\n")
+    assert parse([*BASE, "--secret-file", str(secret)]).secret == b"x" * 40

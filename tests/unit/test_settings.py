@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from node.errors import ConfigError
-from node.settings import add_node_arguments, node_config
+from node.settings import NodeConfig, add_node_arguments, node_config
 
 
-def parse(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def parse(argv: list[str], env: dict[str, str] | None = None) -> NodeConfig:
     parser = argparse.ArgumentParser()
     add_node_arguments(parser)
     return node_config(parser.parse_args(argv), env or {})

@@ -19,28 +19,21 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from node import segment_swap
 from node.errors import StorageError
 from node.keyspace import MAX_KEY_BYTES
 from node.record import Record, encode_record, max_record_bytes
 from node.segment import LOG_SUFFIX, Segment
+from node.segment_swap import fsync_directory
 from node.storage_config import FsyncPolicy, StorageConfig
 
 logger = logging.getLogger(__name__)
 
 FIRST_OFFSET = 1
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CommitLog:
@@ -60,6 +53,7 @@ class CommitLog:
     def open(cls, directory: Path, config: StorageConfig) -> CommitLog:
         log = cls(directory, config)
         directory.mkdir(parents=True, exist_ok=True)
+        segment_swap.recover(directory)
         for stale in directory.glob("*.tmp"):
             stale.unlink()
         paths = sorted(directory.glob("*" + LOG_SUFFIX))
@@ -184,12 +178,65 @@ class CommitLog:
 
     # -- reading -----------------------------------------------------------------
 
+    def closed_segments(self) -> list[Segment]:
+        """The segments that are no longer appended to (what compaction may rewrite)."""
+        with self._lock:
+            return list(self._segments[:-1])
+
+    def new_staged_segment(self, base_offset: int) -> Segment:
+        """An empty segment in the staging directory, for compaction to fill."""
+        staging = segment_swap.staging_dir(self.directory)
+        staging.mkdir(exist_ok=True)
+        return Segment.create(
+            staging, base_offset, self._config.index_interval_bytes, self._max_record_bytes
+        )
+
+    def replace_closed(self, old: list[Segment], staged: list[Segment]) -> None:
+        """Swap the closed segments ``old`` (a prefix of the log) for ``staged``, atomically."""
+        for segment in staged:
+            segment.close()
+        with self._lock:
+            if self._segments[: len(old)] != old:
+                raise RuntimeError("the closed segments changed during compaction")
+        segment_swap.commit(
+            self.directory,
+            remove=[s.log_path.stem for s in old],
+            install=[s.log_path.stem for s in staged],
+        )
+        installed = [
+            Segment.open_existing(
+                self.directory / s.log_path.name,
+                self._config.index_interval_bytes,
+                self._max_record_bytes,
+                active=False,
+            )
+            for s in staged
+        ]
+        with self._lock:
+            self._segments[: len(old)] = installed
+            self._bases = [s.base_offset for s in self._segments]
+
+    # -- reading -----------------------------------------------------------------
+
     def read(self, from_offset: int = FIRST_OFFSET) -> Iterator[Record]:
         """Records with offset >= ``from_offset`` in offset order.
 
         If ``from_offset`` itself is absent the first record is the next greater
-        offset. Records appended while iterating may or may not be included.
+        offset. Records appended while iterating may or may not be included. A
+        compaction that replaces segments under a reader is survived: the
+        reader resumes after the last offset it yielded in the new segments.
         """
+        position = from_offset
+        while True:
+            try:
+                for record in self._read_once(position):
+                    position = record.offset + 1
+                    yield record
+                return
+            except FileNotFoundError:
+                continue  # a compaction removed the file: look at the segments again
+
+    def _read_once(self, from_offset: int) -> Iterator[Record]:
         with self._lock:
             segments = list(self._segments)
             bases = list(self._bases)
@@ -198,5 +245,4 @@ class CommitLog:
             segment = segments[i]
             if segment.is_empty or segment.last_offset < from_offset:
                 continue
-            end = segment.size
-            yield from segment.read_from(from_offset, end)
+            yield from segment.read_from(from_offset, segment.size)

@@ -249,9 +249,8 @@ class LmdbStore:
         )
 
     def apply_records(self, records: Sequence[Record], applied_index: int) -> None:
-        """Apply log records (replay): a put keeps the key's create_version if the
-        key exists, otherwise starts it at the record's offset; a tombstone
-        removes the key."""
+        """Apply log records (replay): a put takes the create version it logged; a
+        tombstone removes the key."""
         applied_offset = records[-1].offset if records else self.applied_offset
         self._retrying_on_full_map(
             lambda txn: self._put_records(txn, records), applied_index, applied_offset
@@ -295,8 +294,10 @@ class LmdbStore:
             key = record.key
             stored_key = lmdb_key(key)
             if record.op is RecordOp.PUT:
-                old = txn.get(stored_key, db=data)
-                create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
+                create = record.create_version
+                if not create:  # a record from before create versions were logged
+                    old = txn.get(stored_key, db=data)
+                    create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
                 txn.put(stored_key, _pack(key, record.offset, create, record.value), db=data)
             else:
                 txn.delete(stored_key, db=data)

@@ -7,6 +7,9 @@
     offset      u64   monotonic, never reused; the key's version after this write
     raft_index  u64   the raft entry that produced the record
     timestamp   i64   milliseconds, assigned by the proposer (same on every replica)
+    create_ver  u64   for a put: the offset that created the key (0 for a delete), so
+                      a log compacted down to each key's last record still rebuilds
+                      the same LMDB state
     op          u8    1 = put, 2 = delete (tombstone); bit 0x80 marks the last
                       record of a raft entry
     key_len     u32
@@ -25,7 +28,7 @@ import zlib
 from typing import NamedTuple
 
 PREFIX = struct.Struct(">II")
-BODY_HEADER = struct.Struct(">QQqBII")
+BODY_HEADER = struct.Struct(">QQqQBII")
 HEADER_BYTES = PREFIX.size + BODY_HEADER.size
 
 
@@ -41,7 +44,7 @@ whose tail lacks it was cut inside an entry (a power loss tore the write), and
 opening it drops that incomplete entry so raft delivers it again whole."""
 
 
-_OP_POSITION = struct.calcsize(">QQq")
+_OP_POSITION = struct.calcsize(">QQqQ")
 
 
 def ends_entry(body: bytes | memoryview) -> bool:
@@ -58,6 +61,7 @@ class Record(NamedTuple):
     op: RecordOp
     key: bytes
     value: bytes = b""
+    create_version: int = 0
 
     @property
     def is_tombstone(self) -> bool:
@@ -69,7 +73,13 @@ def encode_record(record: Record, last_of_entry: bool = True) -> bytes:
     key, value = record.key, record.value
     op = record.op | ENTRY_END if last_of_entry else record.op
     header = BODY_HEADER.pack(
-        record.offset, record.raft_index, record.timestamp_ms, op, len(key), len(value)
+        record.offset,
+        record.raft_index,
+        record.timestamp_ms,
+        record.create_version,
+        op,
+        len(key),
+        len(value),
     )
     crc = zlib.crc32(value, zlib.crc32(key, zlib.crc32(header)))
     return b"".join((PREFIX.pack(len(header) + len(key) + len(value), crc), header, key, value))
@@ -77,7 +87,9 @@ def encode_record(record: Record, last_of_entry: bool = True) -> bytes:
 
 def decode_body(body: bytes | memoryview) -> Record:
     """Decode a record body whose checksum has already been verified."""
-    offset, raft_index, timestamp_ms, op, key_len, value_len = BODY_HEADER.unpack_from(body, 0)
+    offset, raft_index, timestamp_ms, create, op, key_len, value_len = BODY_HEADER.unpack_from(
+        body, 0
+    )
     start = BODY_HEADER.size
     if start + key_len + value_len != len(body):
         raise ValueError(
@@ -89,7 +101,7 @@ def decode_body(body: bytes | memoryview) -> Record:
         raise ValueError(f"unknown record op {op}")
     key = bytes(body[start : start + key_len])
     value = bytes(body[start + key_len :])
-    return Record(offset, raft_index, timestamp_ms, _OPS[op], key, value)
+    return Record(offset, raft_index, timestamp_ms, _OPS[op], key, value, create)
 
 
 def max_record_bytes(max_value_bytes: int, max_key_bytes: int) -> int:

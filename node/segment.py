@@ -115,6 +115,7 @@ class Segment:
         self._last_indexed_position = -index_interval_bytes
         self._fd: int | None = None
         self._synced_size = 0
+        self._inode = 0  # which file this object describes (a compaction may replace it)
 
     # -- opening ---------------------------------------------------------------
 
@@ -125,6 +126,7 @@ class Segment:
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
         segment = cls(path, base_offset, index_interval_bytes, max_record_bytes)
         segment._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        segment._inode = os.fstat(segment._fd).st_ino
         return segment
 
     @classmethod
@@ -141,7 +143,9 @@ class Segment:
         """
         base = int(log_path.stem)
         segment = cls(log_path, base, index_interval_bytes, max_record_bytes)
-        file_size = log_path.stat().st_size
+        stat = log_path.stat()
+        file_size = stat.st_size
+        segment._inode = stat.st_ino
         start = 0
         if not active and segment._load_index(file_size):
             start = segment._index_positions[-1]
@@ -302,6 +306,9 @@ class Segment:
         stop = self.size if end is None else end
         start = self.position_for(offset)
         with open(self.log_path, "rb", buffering=_READ_BUFFER) as f:
+            if os.fstat(f.fileno()).st_ino != self._inode:
+                # A compaction replaced this segment's file: the caller looks again.
+                raise FileNotFoundError(f"{self.log_path} was replaced by a compaction")
             frames = iter_frames(f, start, stop, self._max_record_bytes)
             while True:
                 try:

@@ -166,7 +166,15 @@ class StateMachine:
                 create = offset if current is None else current.create_version
                 pending[key] = StoredValue(offset, create, command.value)
                 records.append(
-                    Record(offset, raft_index, batch.timestamp_ms, RecordOp.PUT, key, command.value)
+                    Record(
+                        offset,
+                        raft_index,
+                        batch.timestamp_ms,
+                        RecordOp.PUT,
+                        key,
+                        command.value,
+                        create,
+                    )
                 )
             else:
                 if current is None:
@@ -218,7 +226,7 @@ class StateMachine:
                 create = offset if current is None else current.create_version
                 pending[key] = StoredValue(offset, create, op.value)
                 records.append(
-                    Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, op.value)
+                    Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, op.value, create)
                 )
                 op_results.append(OpResult("put", key, True, offset, create))
                 offset += 1

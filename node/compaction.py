@@ -1,0 +1,167 @@
+"""Key-based compaction of the commit log (RocketMQ's Compaction Topic, adapted).
+
+Only closed segments are rewritten; the active one is never touched. A record
+is kept iff it is the latest mutation of its key, that is, its offset equals
+the key's version in LMDB; a tombstone is kept while it is inside the
+retention window (by age or by distance from the head), so a replica that is
+behind still learns of the delete, and dropped after. LMDB already is the
+key -> latest offset map, on disk, so memory stays bounded whatever the
+number of keys (the seed's in-memory OffsetMap is not needed).
+
+Kept records are copied, offsets unchanged, into new segments in a staging
+directory, which replace the old ones atomically (node/segment_swap.py).
+A read from an offset that compaction removed returns the next greater one,
+so reading from 0 gives every live key once plus the tombstones in retention.
+
+Runs off the apply path: it reads LMDB through short read transactions and
+writes only new files; the apply thread keeps appending to the active
+segment meanwhile. A record kept because its key was not yet overwritten is
+simply dropped by the next compaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from node.commit_log import CommitLog
+from node.lmdb_store import LmdbStore
+from node.record import Record, RecordOp, encode_record
+from node.segment import Segment
+
+logger = logging.getLogger(__name__)
+
+_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPolicy:
+    """How long tombstones stay: a tombstone is kept while either window holds it."""
+
+    tombstone_retention_ms: int = 24 * 3600 * 1000
+    tombstone_retention_offsets: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    segments_before: int
+    segments_after: int
+    bytes_before: int
+    bytes_after: int
+    records_before: int
+    records_kept: int
+    tombstones_kept: int
+    seconds: float
+
+    @property
+    def records_dropped(self) -> int:
+        return self.records_before - self.records_kept
+
+
+Progress = Callable[[int, int], None]
+"""Called with (records examined, records to examine) as compaction goes."""
+
+
+class _StagedWriter:
+    """Fills new staged segments of at most ``segment_bytes`` each."""
+
+    def __init__(self, log: CommitLog, segment_bytes: int) -> None:
+        self._log = log
+        self._segment_bytes = segment_bytes
+        self.segments: list[Segment] = []
+
+    def write(self, records: list[Record]) -> None:
+        if not records:
+            return
+        current = self.segments[-1] if self.segments else None
+        if current is None or current.size >= self._segment_bytes:
+            current = self._log.new_staged_segment(records[0].offset)
+            self.segments.append(current)
+        current.append([(r.offset, encode_record(r)) for r in records])
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+
+def compact(
+    log: CommitLog,
+    store: LmdbStore,
+    policy: CompactionPolicy,
+    segment_bytes: int,
+    *,
+    now_ms: int | None = None,
+    progress: Progress | None = None,
+) -> CompactionResult:
+    """Compact every closed segment of ``log`` against ``store``'s current state."""
+    started = time.monotonic()
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    head = log.last_offset
+    old = log.closed_segments()
+    total = sum(1 for _ in _records(old)) if progress is not None else 0
+    writer = _StagedWriter(log, segment_bytes)
+    examined = kept = tombstones = 0
+    chunk: list[Record] = []
+
+    def flush() -> None:
+        nonlocal kept, tombstones
+        keep: list[Record] = []
+        with store.reader() as view:
+            for record in chunk:
+                if record.op is RecordOp.PUT:
+                    current = view.get(record.key)
+                    if current is not None and current.version == record.offset:
+                        keep.append(record)
+                elif (
+                    now_ms - record.timestamp_ms < policy.tombstone_retention_ms
+                    or head - record.offset < policy.tombstone_retention_offsets
+                ):
+                    keep.append(record)
+                    tombstones += 1
+        writer.write(keep)
+        kept += len(keep)
+        chunk.clear()
+        if progress is not None:
+            progress(examined, total)
+
+    for record in _records(old):
+        chunk.append(record)
+        examined += 1
+        if len(chunk) >= _CHUNK:
+            flush()
+    if chunk:
+        flush()
+    bytes_before = sum(s.size for s in old)
+    if old:
+        log.replace_closed(old, writer.segments)
+    result = CompactionResult(
+        segments_before=len(old),
+        segments_after=len(writer.segments),
+        bytes_before=bytes_before,
+        bytes_after=writer.size,
+        records_before=examined,
+        records_kept=kept,
+        tombstones_kept=tombstones,
+        seconds=time.monotonic() - started,
+    )
+    logger.info(
+        "compacted %d segments (%d bytes, %d records) into %d (%d bytes, %d records, "
+        "%d tombstones) in %.2fs",
+        result.segments_before,
+        result.bytes_before,
+        result.records_before,
+        result.segments_after,
+        result.bytes_after,
+        result.records_kept,
+        result.tombstones_kept,
+        result.seconds,
+    )
+    return result
+
+
+def _records(segments: list[Segment]) -> Iterator[Record]:
+    for segment in segments:
+        if not segment.is_empty:
+            yield from segment.read_from(segment.first_offset)

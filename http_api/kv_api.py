@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from node.commands import Command
+from node.compaction import CompactionResult
 from node.kv_service import Consistency, ScanPage
 from node.lmdb_store import StoredValue
 from node.results import CommandResult
@@ -36,6 +37,8 @@ class KvApi(Protocol):
         consistency: Consistency = ...,
         min_version: int | None = None,
     ) -> ScanPage: ...
+
+    async def compact(self, force: bool = True) -> CompactionResult: ...
 
     def status(self) -> dict[str, Any]: ...
 

@@ -183,6 +183,35 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/admin/compact": {
+                "post": {
+                    "summary": "Force a compaction of this node's commit log: roll the active "
+                    "segment, keep the latest record per key and tombstones in retention",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    name: {"type": "integer" if name != "seconds" else "number"}
+                                    for name in (
+                                        "segments_before",
+                                        "segments_after",
+                                        "bytes_before",
+                                        "bytes_after",
+                                        "records_before",
+                                        "records_kept",
+                                        "records_dropped",
+                                        "tombstones_kept",
+                                        "seconds",
+                                    )
+                                },
+                            },
+                            "Compacted",
+                        ),
+                        **_errors(503),
+                    },
+                }
+            },
             "/v1/openapi.json": {
                 "get": {
                     "summary": "This document",

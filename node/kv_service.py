@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from node.commands import Command, Delete, Put
+from node.compaction import CompactionResult
+from node.compactor import Compactor
 from node.errors import (
     InvalidRequest,
     KeyNotFound,
@@ -101,10 +103,12 @@ class KvService:
         consensus: ConsensusLog,
         store: LmdbStore,
         max_value_bytes: int,
+        compactor: Compactor,
         read_wait_timeout: float = 5.0,
     ) -> None:
         self._consensus = consensus
         self._store = store
+        self._compactor = compactor
         self._max_value_bytes = max_value_bytes
         self._read_wait_timeout = read_wait_timeout
 
@@ -219,10 +223,15 @@ class KvService:
 
     # -- node state ---------------------------------------------------------------
 
+    async def compact(self, force: bool = True) -> CompactionResult:
+        """Compact this node's commit log (forced: roll the active segment first)."""
+        return await self._compactor.compact(force)
+
     def status(self) -> dict[str, Any]:
         status = self._consensus.status()
         status["applied_offset"] = self._store.applied_offset
         status["applied_index"] = self._store.applied_index
+        status["compaction"] = self._compactor.status()
         return status
 
     def ready(self) -> tuple[bool, str]:

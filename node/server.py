@@ -11,6 +11,7 @@ import signal
 import sys
 
 from http_api.server import HttpServer
+from node.compactor import Compactor
 from node.kv_service import KvService
 from node.recovery import open_storage
 from node.settings import NodeConfig
@@ -24,7 +25,16 @@ async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
     consensus = RaftConsensus(config.raft, storage)
     try:
         await consensus.start()
-        service = KvService(consensus, storage.store, config.storage.max_value_bytes)
+        compactor = Compactor(
+            storage.commit_log,
+            storage.store,
+            policy=config.compaction_policy,
+            triggers=config.compaction_triggers,
+            segment_bytes=config.storage.segment_bytes,
+            on_apply_thread=consensus.on_apply_thread,
+        )
+        background = asyncio.create_task(compactor.run_triggers())
+        service = KvService(consensus, storage.store, config.storage.max_value_bytes, compactor)
         http = HttpServer(service, config.http_host, config.http_port)
         await http.start()
         logger.info(
@@ -38,6 +48,7 @@ async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
             await stop.wait()
         finally:
             logger.info("node %s stopping", config.node_id)
+            background.cancel()
             await http.stop()
     finally:
         await consensus.stop()

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.compaction import CompactionPolicy
+from node.compactor import CompactionTriggers
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.storage_config import FsyncPolicy, StorageConfig
@@ -34,6 +36,8 @@ class NodeConfig:
     storage: StorageConfig
     raft: RaftConfig
     log_level: str
+    compaction_policy: CompactionPolicy
+    compaction_triggers: CompactionTriggers
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +68,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add("--raft-compaction-entries", help="journal entries before a snapshot marker (5000)")
     add("--proposal-timeout", help="seconds a write waits for raft (RKV_PROPOSAL_TIMEOUT, 5)")
     add("--log-level", help="DEBUG, INFO, WARNING (RKV_LOG_LEVEL, INFO)")
+    add("--tombstone-retention", help="seconds deletes stay in a compacted log (86400)")
+    add("--compaction-interval", help="seconds between compaction checks (300)")
+    add(
+        "--compaction-min-bytes",
+        help="compact once this many bytes of segments closed since the last run (64 MiB)",
+    )
 
 
 def _value(args: argparse.Namespace, env: Mapping[str, str], name: str) -> str | None:
@@ -180,6 +190,18 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     level = (_value(args, env, "log_level") or "INFO").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {level!r}")
+    retention = _positive_float(
+        _value(args, env, "tombstone_retention"), "--tombstone-retention", 86400.0
+    )
+    policy = CompactionPolicy(tombstone_retention_ms=int(retention * 1000))
+    triggers = CompactionTriggers(
+        interval_seconds=_positive_float(
+            _value(args, env, "compaction_interval"), "--compaction-interval", 300.0
+        ),
+        min_closed_bytes=_positive_int(
+            _value(args, env, "compaction_min_bytes"), "--compaction-min-bytes", 64 * 1024 * 1024
+        ),
+    )
     return NodeConfig(
         node_id,
         data_dir,
@@ -192,4 +214,6 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         storage,
         raft,
         level,
+        policy,
+        triggers,
     )

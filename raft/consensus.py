@@ -22,6 +22,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ class RaftConsensus:
         self._stalled: str | None = None
         self._storage_error: str | None = None
         self._acks: list[tuple[int, Any, int]] = []
+        self._calls: list[Callable[[], None]] = []
         self._acks_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._syncobj: RkvSyncObj | None = None
@@ -168,7 +170,28 @@ class RaftConsensus:
         with self._acks_lock:
             self._acks.append((entry_id, result, error))
 
+    async def on_apply_thread(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on pysyncobj's thread between ticks (where entries are applied)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:
+                loop.call_soon_threadsafe(done.set_exception, exc)
+            else:
+                loop.call_soon_threadsafe(done.set_result, None)
+
+        with self._acks_lock:
+            self._calls.append(run)
+        await asyncio.wait_for(done, self._config.proposal_timeout)
+
     def _on_tick(self) -> None:
+        with self._acks_lock:
+            calls, self._calls = self._calls, []
+        for call in calls:
+            call()
         # At the end of every tick: entries this node appended during the tick
         # (as leader) are made durable while the followers work on them, so the
         # acknowledgement below rarely waits for the journal.

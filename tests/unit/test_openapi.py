@@ -19,6 +19,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from http_api.app import build_app
 from http_api.openapi import openapi_document
 from node.commands import Command
+from node.compaction import CompactionResult
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.kv_service import Consistency, ScanPage
 from node.lmdb_store import StoredValue
@@ -66,6 +67,9 @@ class NoService:
         min_version: int | None = None,
     ) -> ScanPage:
         raise NotImplementedError
+
+    async def compact(self, force: bool = True) -> CompactionResult:
+        raise AssertionError("not served")
 
     def status(self) -> dict[str, Any]:
         raise NotImplementedError

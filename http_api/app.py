@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from http_api import routes_kv, routes_node
+from http_api import routes_kv, routes_log, routes_node
 from http_api.errors import error_middleware
 from http_api.kv_api import KvApi
 
@@ -23,4 +23,5 @@ def build_app(service: KvApi) -> web.Application:
     app[SERVICE] = service
     routes_kv.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
+    routes_log.add_routes(app, SERVICE)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from node.commands import Command
@@ -39,6 +40,13 @@ class KvApi(Protocol):
     ) -> ScanPage: ...
 
     async def compact(self, force: bool = True) -> CompactionResult: ...
+
+    @property
+    def log_head(self) -> int: ...
+
+    def log_chunks(
+        self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
+    ) -> Iterator[bytes]: ...
 
     def status(self) -> dict[str, Any]: ...
 

@@ -183,6 +183,26 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/log": {
+                "get": {
+                    "summary": "This node's commit log from an offset (pull replication)",
+                    "description": "Records in their commit-log framing (length, CRC-32, "
+                    "offset, raft index, timestamp, create version, op, key, value; see "
+                    "docs/ARCHITECTURE.md). Header Rkv-Head-Offset: the last offset when the "
+                    "answer started. A removed offset reads as the next greater one.",
+                    "parameters": [
+                        {"name": n, "in": "query", "schema": {"type": "integer", "minimum": m}}
+                        for n, m in (("from", 0), ("to", 0), ("limit", 1))
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Framed records",
+                            "content": {"application/x-rkv-log": {}},
+                        },
+                        **_errors(400),
+                    },
+                }
+            },
             "/v1/admin/compact": {
                 "post": {
                     "summary": "Force a compaction of this node's commit log: roll the active "

@@ -13,6 +13,7 @@ for business outcomes inside apply (a failed compare-and-set is a
     │   └── StoreError                LMDB refused an operation
     │       └── StoreCorruptError     LMDB's files are damaged (rebuilt from the log)
     ├── ConfigError                   invalid configuration value
+    ├── ReplicationError              pulling records from another node failed
     └── RequestError                  a request could not be served; ``code`` is stable
         ├── InvalidRequest            malformed input (bad key, bad parameter)
         ├── PayloadTooLarge           a value or body over the limit
@@ -74,6 +75,10 @@ class StoreCorruptError(StoreError):
 
 class ConfigError(RkvError):
     """A configuration value is invalid."""
+
+
+class ReplicationError(RkvError):
+    """Pulling records from another node failed (unreachable, damaged stream)."""
 
 
 class RequestError(RkvError):

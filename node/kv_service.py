@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from node.commands import Command, Delete, Put
+from node.commit_log import CommitLog
 from node.compaction import CompactionResult
 from node.compactor import Compactor
 from node.errors import (
@@ -40,6 +41,7 @@ from node.errors import (
 )
 from node.keyspace import is_reserved, key_length_problem
 from node.lmdb_store import LmdbStore, StoredValue
+from node.log_feed import encoded_records
 from node.results import CommandResult, ResultCode
 
 MAX_SCAN_LIMIT = 10_000
@@ -103,11 +105,14 @@ class KvService:
         consensus: ConsensusLog,
         store: LmdbStore,
         max_value_bytes: int,
+        *,
         compactor: Compactor,
+        log: CommitLog,
         read_wait_timeout: float = 5.0,
     ) -> None:
         self._consensus = consensus
         self._store = store
+        self._log = log
         self._compactor = compactor
         self._max_value_bytes = max_value_bytes
         self._read_wait_timeout = read_wait_timeout
@@ -220,6 +225,28 @@ class KvService:
     def read_local(self, keys: Sequence[bytes]) -> list[StoredValue | None]:
         with self._store.reader() as view:
             return [view.get(k) for k in keys]
+
+    # -- the log ------------------------------------------------------------------
+
+    @property
+    def log_head(self) -> int:
+        """The highest offset in this node's commit log."""
+        return self._log.last_offset
+
+    def log_chunks(
+        self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
+    ) -> Iterator[bytes]:
+        """Framed records (node/log_feed.py) joined into chunks of about ``chunk_bytes``."""
+        chunk: list[bytes] = []
+        size = 0
+        for data in encoded_records(self._log, from_offset, to_offset, limit):
+            chunk.append(data)
+            size += len(data)
+            if size >= chunk_bytes:
+                yield b"".join(chunk)
+                chunk, size = [], 0
+        if chunk:
+            yield b"".join(chunk)
 
     # -- node state ---------------------------------------------------------------
 

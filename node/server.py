@@ -34,7 +34,13 @@ async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
             on_apply_thread=consensus.on_apply_thread,
         )
         background = asyncio.create_task(compactor.run_triggers())
-        service = KvService(consensus, storage.store, config.storage.max_value_bytes, compactor)
+        service = KvService(
+            consensus,
+            storage.store,
+            config.storage.max_value_bytes,
+            compactor=compactor,
+            log=storage.commit_log,
+        )
         http = HttpServer(service, config.http_host, config.http_port)
         await http.start()
         logger.info(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -69,6 +70,15 @@ class NoService:
         raise NotImplementedError
 
     async def compact(self, force: bool = True) -> CompactionResult:
+        raise AssertionError("not served")
+
+    @property
+    def log_head(self) -> int:
+        raise AssertionError("not served")
+
+    def log_chunks(
+        self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
+    ) -> Iterator[bytes]:
         raise AssertionError("not served")
 
     def status(self) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""GET /v1/log: this node's commit log from an offset, for pull replication.
+
+Body: records in their commit-log framing (node/log_feed.py documents it;
+every record carries its CRC-32), content type application/x-rkv-log.
+Headers: Rkv-Head-Offset, this node's last offset when the answer started.
+Parameters: from (default 1), to (inclusive, optional), limit (optional).
+Internal records (the reserved prefix) travel too: they are state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from http_api.encoding import int_param, raw_query
+from http_api.kv_api import KvApi
+from node.log_feed import LOG_CONTENT_TYPE
+
+_CHUNK_BYTES = 256 * 1024
+
+
+def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
+    async def read_log(request: web.Request) -> web.StreamResponse:
+        kv = request.app[service_key]
+        params = raw_query(request)
+        from_offset = int_param(params, "from") or 1
+        to_offset = int_param(params, "to")
+        limit = int_param(params, "limit", minimum=1)
+        response = web.StreamResponse(
+            headers={"Content-Type": LOG_CONTENT_TYPE, "Rkv-Head-Offset": str(kv.log_head)}
+        )
+        await response.prepare(request)
+        chunks = kv.log_chunks(from_offset, to_offset, limit, _CHUNK_BYTES)
+        while True:
+            # Segment reads are blocking file I/O: keep them off the event loop.
+            chunk = await asyncio.to_thread(next, chunks, None)
+            if chunk is None:
+                break
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    app.router.add_route("GET", "/v1/log", read_log)

@@ -94,6 +94,11 @@ class CommitLog:
     # -- positions ---------------------------------------------------------------
 
     @property
+    def max_record_bytes(self) -> int:
+        """The largest record this log accepts (framing included)."""
+        return self._max_record_bytes
+
+    @property
     def active(self) -> Segment:
         return self._segments[-1]
 
@@ -149,11 +154,11 @@ class CommitLog:
         if self._config.fsync is FsyncPolicy.ALWAYS:
             self.active.sync()
 
-    def roll(self) -> None:
-        """Close the active segment and start a new one at the next offset."""
+    def roll(self, base_offset: int | None = None) -> None:
+        """Close the active segment and start a new one at the next offset (or above)."""
         if self.active.is_empty:
             return
-        base = self.next_offset
+        base = max(self.next_offset, base_offset or 0)
         with self._sync_lock:
             self.active.close()
             segment = self._create_segment(base)
@@ -161,6 +166,28 @@ class CommitLog:
                 self._segments.append(segment)
                 self._bases.append(base)
         logger.info("commit log rolled to segment %s", segment.log_path.name)
+
+    def advance_to(self, next_offset: int) -> None:
+        """Make ``next_offset`` the offset the next record gets, when it is above the head.
+
+        Used after pulling a range whose last records compaction removed at the
+        source: the offsets this node assigns next must be the ones every other
+        replica assigns. A new active segment named by ``next_offset`` records it.
+        """
+        if next_offset <= self.next_offset:
+            return
+        if self.active.is_empty:
+            with self._sync_lock, self._lock:
+                old = self._segments.pop()
+                self._bases.pop()
+                old.close()
+                old.log_path.unlink()
+                old.index_path.unlink(missing_ok=True)
+                segment = self._create_segment(next_offset)
+                self._segments.append(segment)
+                self._bases.append(next_offset)
+        else:
+            self.roll(base_offset=next_offset)
 
     @property
     def unsynced(self) -> bool:

@@ -108,12 +108,12 @@ def open_storage(
             "LMDB was open when the machine went down: rebuilding it from the commit log"
         )
     store = _open_store(data_dir, config, rebuild=not trusted)
-    if store.applied_offset > commit_log.last_offset:
+    if store.applied_offset >= commit_log.next_offset:
         logger.warning(
             "LMDB has applied offset %d but the commit log ends at %d: "
             "rebuilding LMDB from the commit log",
             store.applied_offset,
-            commit_log.last_offset,
+            commit_log.next_offset - 1,
         )
         store.close()
         store = _open_store(data_dir, config, rebuild=True)

@@ -75,7 +75,12 @@ class RaftConsensus:
             max_pending_commands=config.max_pending_commands,
             proposal_timeout=config.proposal_timeout,
         )
-        self._markers = SnapshotMarkers(storage, config.self_member.node_id, self._stall)
+        self._markers = SnapshotMarkers(
+            storage,
+            config.self_member.node_id,
+            {m.node_id: m.http_url for m in config.members},
+            self._stall,
+        )
         self._syncer = AckSyncer(storage.commit_log.sync, self._deliver_threadsafe)
 
     # -- lifecycle ----------------------------------------------------------------

@@ -8,9 +8,10 @@ log, so nothing large is ever pickled or sent.
 
 When a follower receives a leader's marker (install snapshot), pysyncobj
 believes the follower has caught up to the marker's index. If this node's
-state has not reached the marker's offset, entries are missing here: the
-node stalls (applies nothing more, reports itself not ready) instead of
-silently serving a state with holes, until it is rebuilt.
+state has not reached the marker's offset, entries are missing here: the node
+pulls them from the leader's commit log (raft/catch_up.py) before any later
+entry is applied. Only if that fails does it stall (apply nothing more,
+report itself not ready) rather than silently serve a state with holes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Any
 
 from pysyncobj.node import TCPNode
 
+from node.errors import ReplicationError
 from node.recovery import NodeStorage
+from raft.catch_up import pull_range
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +44,16 @@ def _entry_from_json(raw: list[Any]) -> tuple[bytes, int, int]:
 
 
 class SnapshotMarkers:
-    def __init__(self, storage: NodeStorage, node_id: str, on_gap: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        storage: NodeStorage,
+        node_id: str,
+        member_urls: dict[str, str],
+        on_gap: Callable[[str], None],
+    ) -> None:
         self._storage = storage
         self._node_id = node_id
+        self._member_urls = member_urls
         self._on_gap = on_gap
 
     def serialize(self, file_name: str, data: Any) -> None:
@@ -89,11 +99,22 @@ class SnapshotMarkers:
         store = self._storage.store
         index, offset = int(marker["raft_index"]), int(marker["applied_offset"])
         if offset > store.applied_offset:
-            self._on_gap(
+            source = self._member_urls.get(str(marker.get("node")))
+            gap = (
                 f"a snapshot from {marker.get('node')} at raft index {index} (offset {offset}) "
                 f"is ahead of this node's state (raft index {store.applied_index}, offset "
-                f"{store.applied_offset}): entries are missing here, so this node applies "
-                f"nothing more and serves no reads until it is rebuilt"
+                f"{store.applied_offset})"
+            )
+            if source is not None and marker.get("node") != self._node_id:
+                try:
+                    pull_range(self._storage, source, offset, index)
+                except (ReplicationError, OSError, ValueError) as exc:
+                    gap += f"; pulling the missing range from {source} failed: {exc}"
+                else:
+                    return
+            self._on_gap(
+                gap + ": entries are missing here, so this node applies nothing more and "
+                "serves no reads until it is rebuilt (restarting it retries the pull)"
             )
         elif index > store.applied_index:
             # The entries in between wrote no records (barriers, failed conditions):

@@ -16,11 +16,14 @@ its journal past everything the follower has.
 from __future__ import annotations
 
 import functools
+import re
 import time
 import urllib.error
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.cluster import LocalCluster, NodeProcess, http, scan_all, wait_until
 
@@ -55,7 +58,11 @@ def reachable_from(leader: NodeProcess, node: NodeProcess) -> bool | None:
     return bool(next(m["reachable"] for m in status["members"] if m["id"] == node.node_id))
 
 
-def test_follower_behind_compacted_journal_stalls_instead_of_skipping(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pull", ["works", "fails"])
+def test_follower_behind_compacted_journal_never_skips_entries(tmp_path: Path, pull: str) -> None:
+    """pull=works: the follower pulls the gap from the leader and ends with every key.
+    pull=fails (it cannot reach any peer's HTTP port): it stalls, never serves its
+    holes, and never stands for election."""
     cluster = LocalCluster(
         tmp_path / "cluster", extra_args=["--raft-compaction-entries", str(COMPACTION_ENTRIES)]
     )
@@ -64,6 +71,14 @@ def test_follower_behind_compacted_journal_stalls_instead_of_skipping(tmp_path: 
         leader = cluster.leader()
         lagging = cluster.followers()[0]
         lagging_index = cluster.nodes.index(lagging)
+        if pull == "fails":
+            cluster.kill(lagging_index)
+            lagging.args = [
+                re.sub(r",http://127\.0\.0\.1:\d+$", ",http://127.0.0.1:9", a) for a in lagging.args
+            ]
+            cluster.start_node(lagging_index)
+            cluster.wait_ready()
+            leader = cluster.leader()
 
         expected: set[bytes] = set()
         last_version = 0
@@ -137,13 +152,27 @@ def test_follower_behind_compacted_journal_stalls_instead_of_skipping(tmp_path: 
                 assert refused.json()["code"] == "node_not_ready", refused.body
                 assert readyz(node)[0] == 503
 
-        # With the follower away for 6x the compaction threshold, stalling is the outcome
-        # (pysyncobj cannot catch it up from the leader's compacted journal).
+        log = lagging.log_path.read_text(errors="replace")
+        if pull == "works":
+            # The follower pulled the gap from the leader before applying anything later.
+            assert result == "caught up", result
+            assert "caught up:" in log and "STALLED" not in log, log[-3000:]
+            after = http("PUT", f"{leader.url}/v1/kv/gap/after", body=b"after")
+            assert after.status == 200, after.body
+            expected.add(b"gap/after")
+            version = after.json()["version"]
+            for node in cluster.nodes:
+                keys = wait_until(
+                    functools.partial(stale_keys, node, version), 15, f"{node.node_id} has all"
+                )
+                assert keys == expected, f"{node.node_id} misses {expected - keys}"
+            return
+        # It could not pull: stalling is the outcome (pysyncobj cannot catch it up from
+        # the leader's compacted journal).
         assert result == "stalled", result
         lagging_status: dict[str, Any] = lagging.status() or {}
         assert lagging_status.get("ready") is False, lagging_status
         assert "snapshot" in str(lagging_status.get("stalled")), lagging_status
-        log = lagging.log_path.read_text(errors="replace")
         assert "STALLED: a snapshot from" in log, log[-3000:]
 
         # The cluster keeps serving through the two healthy nodes.

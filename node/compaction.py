@@ -25,11 +25,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from node.commit_log import CommitLog
-from node.lmdb_store import LmdbStore
 from node.record import Record, RecordOp, encode_record
 from node.segment import Segment
+
+if TYPE_CHECKING:  # only for annotations: `rkv get` must not load lmdb via settings
+    from node.lmdb_store import LmdbStore
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node.commit_log import CommitLog
 from node.compaction import CompactionPolicy, CompactionResult, compact
-from node.lmdb_store import LmdbStore
+
+if TYPE_CHECKING:  # only for annotations: `rkv get` must not load lmdb via settings
+    from node.lmdb_store import LmdbStore
 
 logger = logging.getLogger(__name__)
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from tests.support.cluster import LocalCluster, http, scan_all, wait_until
+
+
+def has_all(url: str, query: str, count: int) -> bool:
+    return len(scan_all(url, b"cmp/", query=query)) == count
 
 
 def test_forced_compaction_on_every_node_keeps_state_and_survives_restart(tmp_path: Path) -> None:
@@ -26,18 +31,8 @@ def test_forced_compaction_on_every_node_keeps_state_and_survives_restart(tmp_pa
         expected.pop("cmp/00")
         for node in cluster.nodes:
             # every node applies the same log: wait until this one has it all
-            wait_until(
-                lambda n=node: (
-                    len(
-                        scan_all(
-                            n.url, b"cmp/", query=f"consistency=stale&min_version={last_version}"
-                        )
-                    )
-                    == len(expected)
-                ),
-                15,
-                node.node_id,
-            )
+            query = f"consistency=stale&min_version={last_version}"
+            wait_until(functools.partial(has_all, node.url, query, len(expected)), 15, node.node_id)
             response = http("POST", f"{node.url}/v1/admin/compact")
             assert response.status == 200, response.body
             result = response.json()

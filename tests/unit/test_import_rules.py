@@ -15,7 +15,14 @@ from pathlib import Path
 
 PACKAGES = ("node", "raft", "http_api", "replication", "spark_tools")
 OUTER = ("raft", "http_api", "replication", "spark_tools")
-COMPOSITION_ROOT = {"node.cli", "node.server", "node.settings", "node.cluster_runner"}
+COMPOSITION_ROOT = {
+    "node.cli",
+    "node.cli_client",
+    "node.cli_server",
+    "node.server",
+    "node.settings",
+    "node.cluster_runner",
+}
 ENGINE_OWNERS = {
     "lmdb": lambda m: m == "node.lmdb_store",
     "pysyncobj": lambda m: m.split(".")[0] == "raft",

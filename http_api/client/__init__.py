@@ -1,0 +1,97 @@
+"""Python clients for rkv's REST API: :class:`RkvClient` (blocking, standard
+library only) and :class:`AsyncRkvClient` (asyncio, aiohttp's client).
+
+Both take one node URL or several, find the leader through ``GET /v1/status``
+and send writes (and linearizable reads) there; ``stale`` reads go to the
+first reachable node in the order given. They learn the other members' URLs
+from the status, so one reachable URL is enough (every node's advertised URL
+must be reachable from the client). Keys and values are ``bytes`` or ``str``
+(encoded as UTF-8); results are ``bytes``.
+
+Retries are bounded by :class:`RetryPolicy`; a write is retried only when it
+was certainly not applied, otherwise :class:`UnknownOutcomeError` leaves the
+decision to the caller (read the key back, or retry when the write is
+idempotent). The rules: :mod:`http_api.client.rules`. The exceptions, each
+with the server's ``code`` and ``message``, the HTTP ``status`` and the node
+``url``: :mod:`http_api.client.errors`.
+
+Neither client is safe to share between threads; the async one belongs to the
+event loop that first used it. Close them (or use ``with`` / ``async with``).
+
+Modules: ``errors`` (the exception tree), ``model`` (Item, ScanPage, Compare,
+Op, TxnResult), ``wire`` (URLs, requests and answers, I/O-free), ``rules``
+(leader and retry rules, I/O-free), ``operations`` (each call as an I/O-free
+plan, and what both clients share), ``sync_client`` and ``async_client``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from http_api.client.errors import (
+    ClusterUnreachableError,
+    InvalidRequestError,
+    KeyNotFoundError,
+    NotAppliedError,
+    OverloadedError,
+    PayloadTooLargeError,
+    RkvClientError,
+    UnavailableError,
+    UnknownOutcomeError,
+    VersionConflictError,
+)
+from http_api.client.model import BytesLike as BytesLike
+from http_api.client.model import Compare, Item, Op, ScanPage, TxnOpResult, TxnResult
+from http_api.client.model import to_bytes as to_bytes
+from http_api.client.operations import _Core as _Core
+from http_api.client.rules import DISCOVERY_TIMEOUT as DISCOVERY_TIMEOUT
+from http_api.client.rules import IDLE_RECONNECT as IDLE_RECONNECT
+from http_api.client.rules import MAX_REDIRECTS as MAX_REDIRECTS
+from http_api.client.rules import SAFE_WRITE_RETRY_CODES as SAFE_WRITE_RETRY_CODES
+from http_api.client.rules import RetryPolicy
+from http_api.client.sync_client import RkvClient
+from http_api.client.wire import CONSISTENCY_LEVELS as CONSISTENCY_LEVELS
+from http_api.client.wire import DEFAULT_URL as DEFAULT_URL
+from http_api.client.wire import _Failure as _Failure
+from http_api.client.wire import _Reply as _Reply
+from http_api.client.wire import _Send as _Send
+from http_api.client.wire import _Sleep as _Sleep
+from http_api.client.wire import error_from_reply as error_from_reply
+from http_api.client.wire import key_path as key_path
+from http_api.client.wire import normalize_url as normalize_url
+from http_api.client.wire import parse_urls as parse_urls
+
+if TYPE_CHECKING:
+    from http_api.client.async_client import AsyncRkvClient
+
+__all__ = [
+    "AsyncRkvClient",
+    "ClusterUnreachableError",
+    "Compare",
+    "InvalidRequestError",
+    "Item",
+    "KeyNotFoundError",
+    "NotAppliedError",
+    "Op",
+    "OverloadedError",
+    "PayloadTooLargeError",
+    "RetryPolicy",
+    "RkvClient",
+    "RkvClientError",
+    "ScanPage",
+    "TxnOpResult",
+    "TxnResult",
+    "UnavailableError",
+    "UnknownOutcomeError",
+    "VersionConflictError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncRkvClient is imported on first use: it needs aiohttp, which users of the
+    # blocking client (the `rkv` command among them) should not have to load.
+    if name == "AsyncRkvClient":
+        from http_api.client import async_client  # noqa: PLC0415
+
+        return async_client.AsyncRkvClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

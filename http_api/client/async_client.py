@@ -1,0 +1,177 @@
+"""The asyncio client: :class:`AsyncRkvClient` over aiohttp's client.
+
+It belongs to the event loop that first used it. Close it (or use
+``async with``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import SimpleNamespace, TracebackType
+from typing import Any, TypeVar, cast
+
+import aiohttp
+from yarl import URL
+
+from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
+from http_api.client.operations import _BaseClient
+from http_api.client.rules import IDLE_RECONNECT
+from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
+
+T = TypeVar("T")
+
+
+async def _headers_sent(
+    session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    marker = context.trace_request_ctx
+    if isinstance(marker, SimpleNamespace):
+        marker.sent = True
+
+
+class _AsyncTransport:
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(_headers_sent)
+            session = aiohttp.ClientSession(
+                trace_configs=[trace],
+                connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_RECONNECT),
+                auto_decompress=False,
+            )
+            # aiohttp resends a PUT or DELETE once when the connection drops after
+            # sending it; for rkv that could apply a write twice, so turn it off.
+            if hasattr(session, "_retry_connection"):
+                session._retry_connection = False
+            self._session = session
+        return self._session
+
+    async def send(self, action: _Send) -> _Reply | _Failure:
+        marker = SimpleNamespace(sent=False)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=action.timeout, sock_read=action.timeout
+        )
+        try:
+            async with self._get_session().request(
+                action.method,
+                URL(action.base + action.target, encoded=True),
+                data=action.body,
+                headers=dict(action.headers),
+                timeout=timeout,
+                allow_redirects=False,
+                trace_request_ctx=marker,
+            ) as response:
+                body = await response.read()
+                headers = {name.lower(): value for name, value in response.headers.items()}
+                return _Reply(response.status, headers, body)
+        except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
+            return _Failure(exc, sent=bool(marker.sent))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class AsyncRkvClient(_BaseClient[_AsyncTransport]):
+    """The asyncio twin of :class:`RkvClient`: the same methods, as coroutines
+    (``scan`` is an async iterator: ``async for item in client.scan(...)``)."""
+
+    def _new_transport(self) -> _AsyncTransport:
+        return _AsyncTransport()
+
+    async def _run(self, plan: _Plan[T]) -> T:
+        outcome: _Outcome = None
+        try:
+            while True:
+                action = plan.send(outcome)
+                if isinstance(action, _Sleep):
+                    await asyncio.sleep(action.seconds)
+                    outcome = None
+                else:
+                    outcome = await self._transport.send(action)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+
+    async def get(
+        self,
+        key: BytesLike,
+        consistency: str = "linearizable",
+        min_version: int | None = None,
+    ) -> Item:
+        return await self._run(self._core.get(key, consistency, min_version))
+
+    async def put(
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        *,
+        if_version: int | None = None,
+        create_only: bool = False,
+    ) -> int:
+        return await self._run(self._core.put(key, value, if_version, create_only))
+
+    async def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+        return await self._run(self._core.delete(key, if_version))
+
+    async def scan_page(
+        self,
+        prefix: BytesLike = b"",
+        *,
+        limit: int = 100,
+        start_after: str | None = None,
+        consistency: str = "linearizable",
+        min_version: int | None = None,
+    ) -> ScanPage:
+        return await self._run(
+            self._core.scan_page(prefix, limit, start_after, consistency, min_version)
+        )
+
+    async def scan(
+        self,
+        prefix: BytesLike = b"",
+        *,
+        limit: int = 100,
+        consistency: str = "linearizable",
+        min_version: int | None = None,
+    ) -> AsyncIterator[Item]:
+        pages = self._core.scan_pages(prefix, limit, consistency, min_version)
+        while (plan := pages.next()) is not None:
+            for item in (await self._run(plan)).items:
+                yield item
+
+    async def txn(
+        self,
+        compare: Sequence[Compare] = (),
+        success: Sequence[Op] = (),
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        return await self._run(self._core.txn(compare, success, failure))
+
+    async def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+        return await self._run(self._core.txn_raw(body, encoding))
+
+    async def status(
+        self, url: str | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        return await self._run(self._core.status(url, timeout))
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncRkvClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

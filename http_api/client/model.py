@@ -1,0 +1,132 @@
+"""The values the clients take and return: keys and values as bytes, items,
+scan pages, and transactions (:class:`Compare`, :class:`Op`, :class:`TxnResult`).
+
+Keys and values are ``bytes`` or ``str`` (encoded as UTF-8) going in; results
+are ``bytes``. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+BytesLike = bytes | bytearray | memoryview | str
+
+
+def to_bytes(data: BytesLike, what: str = "value") -> bytes:
+    """``str`` as UTF-8, bytes-like objects as they are."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes or str, not {type(data).__name__}")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    key: bytes
+    value: bytes
+    version: int
+    create_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    items: list[Item]
+    next: str | None
+    """The cursor for the next page (``start_after=``), None on the last page."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    """One condition of a transaction; build with the class methods."""
+
+    key: bytes
+    target: str  # "version" | "value" | "exists"
+    expected: int | bytes | bool
+
+    @classmethod
+    def version(cls, key: BytesLike, version: int) -> Compare:
+        """The key's version is ``version`` (0: the key does not exist)."""
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError("a compared version must be a non-negative integer")
+        return cls(to_bytes(key, "key"), "version", version)
+
+    @classmethod
+    def value(cls, key: BytesLike, value: BytesLike) -> Compare:
+        """The key exists and holds exactly ``value``."""
+        return cls(to_bytes(key, "key"), "value", to_bytes(value))
+
+    @classmethod
+    def exists(cls, key: BytesLike, flag: bool = True) -> Compare:
+        """The key exists (``flag`` True) or does not (False)."""
+        return cls(to_bytes(key, "key"), "exists", bool(flag))
+
+    def to_json(self) -> dict[str, Any]:
+        expected = self.expected
+        if isinstance(expected, bytes):
+            return {"key": _b64(self.key), "value": _b64(expected)}
+        return {"key": _b64(self.key), self.target: expected}
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation of a transaction branch; build with the class methods."""
+
+    kind: str  # "put" | "delete" | "get"
+    key: bytes
+    value: bytes | None = None
+
+    @classmethod
+    def put(cls, key: BytesLike, value: BytesLike) -> Op:
+        return cls("put", to_bytes(key, "key"), to_bytes(value))
+
+    @classmethod
+    def delete(cls, key: BytesLike) -> Op:
+        return cls("delete", to_bytes(key, "key"))
+
+    @classmethod
+    def get(cls, key: BytesLike) -> Op:
+        return cls("get", to_bytes(key, "key"))
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"op": self.kind, "key": _b64(self.key)}
+        if self.value is not None:
+            body["value"] = _b64(self.value)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOpResult:
+    """What one op of the branch that ran did.
+
+    put: ``version`` written. delete: ``found``, ``version`` of the tombstone
+    (0 when nothing was deleted). get: ``found`` and, when found, ``value``,
+    ``version`` and ``create_version``.
+    """
+
+    op: str
+    key: bytes
+    found: bool
+    version: int
+    create_version: int = 0
+    value: bytes | None = None
+
+    def item(self) -> Item | None:
+        """A found get as an :class:`Item`."""
+        if self.op != "get" or not self.found or self.value is None:
+            return None
+        return Item(self.key, self.value, self.version, self.create_version)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    succeeded: bool
+    """True when every compare held (the success branch ran)."""
+    version: int
+    results: tuple[TxnOpResult, ...]

@@ -1,0 +1,195 @@
+"""Each client operation as an I/O-free plan, and the base both clients share.
+
+:class:`_Core` builds the request of each operation (get, put, delete, scan,
+txn, status), sends it through the rules of :class:`http_api.client.rules._Router`
+and decodes the answer. :class:`_BaseClient` holds a core and a transport;
+:class:`http_api.client.RkvClient` and :class:`http_api.client.AsyncRkvClient`
+only run its plans, performing each request and sleep they yield.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from http_api.client.errors import RkvClientError
+from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult, to_bytes
+from http_api.client.rules import RetryPolicy, _Router
+from http_api.client.wire import (
+    DEFAULT_URL,
+    _check_consistency,
+    _item,
+    _Plan,
+    _query,
+    _txn_body,
+    _txn_result,
+    _version_arg,
+    _version_of,
+    key_path,
+)
+
+TransportT = TypeVar("TransportT")
+
+
+class _Core(_Router):
+    """The node list, leader and retry rules, and every operation as a plan."""
+
+    def get(self, key: BytesLike, consistency: str, min_version: int | None) -> _Plan[Item]:
+        raw = to_bytes(key, "key")
+        target = key_path(raw) + _query(
+            {"consistency": _check_consistency(consistency), "min_version": min_version}
+        )
+        reply = yield from self.call("GET", target, write=False, stale=consistency == "stale")
+        try:
+            version = int(reply.headers.get("rkv-version", "0"))
+            create_version = int(reply.headers.get("rkv-create-version", "0"))
+        except ValueError:
+            raise RkvClientError(
+                "the server sent a bad version header", code="bad_response"
+            ) from None
+        return Item(raw, reply.body, version, create_version)
+
+    def put(
+        self, key: BytesLike, value: BytesLike, if_version: int | None, create_only: bool
+    ) -> _Plan[int]:
+        raw = to_bytes(key, "key")
+        headers = {"Content-Type": "application/octet-stream"}
+        if if_version is not None and create_only:
+            raise ValueError("use if_version or create_only, not both")
+        if if_version is not None:
+            headers["If-Match"] = f'"{_version_arg(if_version)}"'
+        if create_only:
+            headers["If-None-Match"] = "*"
+        reply = yield from self.call("PUT", key_path(raw), to_bytes(value), headers, write=True)
+        return _version_of(reply)
+
+    def delete(self, key: BytesLike, if_version: int | None) -> _Plan[int]:
+        raw = to_bytes(key, "key")
+        headers = {} if if_version is None else {"If-Match": f'"{_version_arg(if_version)}"'}
+        reply = yield from self.call("DELETE", key_path(raw), None, headers, write=True)
+        return _version_of(reply)
+
+    def scan_page(
+        self,
+        prefix: BytesLike,
+        limit: int,
+        start_after: str | None,
+        consistency: str,
+        min_version: int | None,
+    ) -> _Plan[ScanPage]:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        target = "/v1/kv" + _query(
+            {
+                "prefix": to_bytes(prefix, "prefix") or None,
+                "limit": limit,
+                "start_after": start_after,
+                "consistency": _check_consistency(consistency),
+                "min_version": min_version,
+            }
+        )
+        reply = yield from self.call("GET", target, write=False, stale=consistency == "stale")
+        body = reply.json()
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise RkvClientError("the server sent a malformed scan page", code="bad_response")
+        cursor = body.get("next")
+        return ScanPage(
+            [_item(raw) for raw in body["items"]], cursor if isinstance(cursor, str) else None
+        )
+
+    def scan_pages(
+        self, prefix: BytesLike, limit: int, consistency: str, min_version: int | None
+    ) -> _ScanPages:
+        """Every page of a scan, each a plan: ``while (plan := pages.next()) is not None``."""
+        return _ScanPages(self, prefix, limit, consistency, min_version)
+
+    def txn_raw(self, body: Mapping[str, Any], encoding: str) -> _Plan[dict[str, Any]]:
+        if encoding not in ("base64", "utf-8"):
+            raise ValueError("encoding must be base64 or utf-8")
+        payload = json.dumps(body).encode()
+        target = "/v1/txn" + ("?encoding=utf-8" if encoding == "utf-8" else "")
+        headers = {"Content-Type": "application/json"}
+        reply = yield from self.call("POST", target, payload, headers, write=True)
+        result = reply.json()
+        if not isinstance(result, dict):
+            raise RkvClientError("the server sent a malformed txn result", code="bad_response")
+        return result
+
+    def txn(
+        self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+    ) -> _Plan[TxnResult]:
+        raw = yield from self.txn_raw(_txn_body(compare, success, failure), "base64")
+        return _txn_result(raw)
+
+    def status(self, url: str | None, timeout: float | None) -> _Plan[dict[str, Any]]:
+        only = None if url is None else self.learn(url)
+        reply = yield from self.call(
+            "GET", "/v1/status", write=False, stale=True, only=only, timeout=timeout
+        )
+        body = reply.json()
+        if not isinstance(body, dict):
+            raise RkvClientError("the server sent a malformed status", code="bad_response")
+        leader = body.get("leader")
+        if only is None and isinstance(leader, dict) and isinstance(leader.get("url"), str):
+            with contextlib.suppress(ValueError):
+                self.leader = self.learn(leader["url"])
+        return body
+
+
+class _ScanPages:
+    """A scan's pages in order: each ``next()`` plan fetches the page after the last."""
+
+    def __init__(
+        self,
+        core: _Core,
+        prefix: BytesLike,
+        limit: int,
+        consistency: str,
+        min_version: int | None,
+    ) -> None:
+        self._core = core
+        self._args = (prefix, limit, consistency, min_version)
+        self._cursor: str | None = None
+        self._done = False
+
+    def next(self) -> _Plan[ScanPage] | None:
+        """The plan of the next page; None after the last one."""
+        return None if self._done else self._page()
+
+    def _page(self) -> _Plan[ScanPage]:
+        prefix, limit, consistency, min_version = self._args
+        page = yield from self._core.scan_page(
+            prefix, limit, self._cursor, consistency, min_version
+        )
+        self._cursor = page.next
+        self._done = page.next is None
+        return page
+
+
+class _BaseClient(Generic[TransportT]):
+    """What both clients share: the core (its nodes and leader) and a transport."""
+
+    def __init__(
+        self,
+        urls: str | Iterable[str] = DEFAULT_URL,
+        *,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._core = _Core(urls, timeout, retry or RetryPolicy())
+        self._transport = self._new_transport()
+
+    def _new_transport(self) -> TransportT:
+        raise NotImplementedError
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node URL known: those given, then those learned from the cluster."""
+        return list(self._core.nodes)
+
+    @property
+    def leader_url(self) -> str | None:
+        """The leader as last seen (None until found)."""
+        return self._core.leader

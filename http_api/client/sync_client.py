@@ -1,0 +1,208 @@
+"""The blocking client: :class:`RkvClient` over http.client (standard library
+only), one persistent keep-alive connection per node.
+
+Not safe to share between threads. Close it (or use ``with``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
+
+from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
+from http_api.client.operations import _BaseClient
+from http_api.client.rules import IDLE_RECONNECT
+from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Pooled:
+    conn: http.client.HTTPConnection
+    prefix: str
+    last_used: float = field(default_factory=time.monotonic)
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """True when an idle connection was closed by the server (readable means EOF)."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+class _SyncTransport:
+    """One persistent keep-alive connection per node (http.client)."""
+
+    def __init__(self) -> None:
+        self._pool: dict[str, _Pooled] = {}
+
+    def _connection(self, base: str, timeout: float) -> _Pooled:
+        pooled = self._pool.get(base)
+        if pooled is not None and (
+            time.monotonic() - pooled.last_used > IDLE_RECONNECT or _dropped(pooled.conn)
+        ):
+            self._drop(base)
+            pooled = None
+        if pooled is None:
+            parts = urlsplit(base)
+            kind = (
+                http.client.HTTPSConnection
+                if parts.scheme == "https"
+                else http.client.HTTPConnection
+            )
+            conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+            conn.connect()  # raises before anything is sent
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            pooled = _Pooled(conn, parts.path)
+            self._pool[base] = pooled
+        return pooled
+
+    def _drop(self, base: str) -> None:
+        pooled = self._pool.pop(base, None)
+        if pooled is not None:
+            pooled.conn.close()
+
+    def send(self, action: _Send) -> _Reply | _Failure:
+        try:
+            pooled = self._connection(action.base, action.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop(action.base)
+            return _Failure(exc, sent=False)
+        conn = pooled.conn
+        try:
+            if conn.sock is not None:
+                conn.sock.settimeout(action.timeout)
+            conn.request(
+                action.method,
+                pooled.prefix + action.target,
+                body=action.body,
+                headers=dict(action.headers),
+            )
+            response = conn.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop(action.base)
+            return _Failure(exc, sent=True)
+        headers = {name.lower(): value for name, value in response.getheaders()}
+        if response.will_close:
+            self._drop(action.base)
+        else:
+            pooled.last_used = time.monotonic()
+        return _Reply(response.status, headers, body)
+
+    def close(self) -> None:
+        for base in list(self._pool):
+            self._drop(base)
+
+
+class RkvClient(_BaseClient[_SyncTransport]):
+    """A blocking rkv client. ``urls``: one node URL, several, or a comma-separated string."""
+
+    def _new_transport(self) -> _SyncTransport:
+        return _SyncTransport()
+
+    def _run(self, plan: _Plan[T]) -> T:
+        outcome: _Outcome = None
+        try:
+            while True:
+                action = plan.send(outcome)
+                if isinstance(action, _Sleep):
+                    time.sleep(action.seconds)
+                    outcome = None
+                else:
+                    outcome = self._transport.send(action)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+
+    def get(
+        self,
+        key: BytesLike,
+        consistency: str = "linearizable",
+        min_version: int | None = None,
+    ) -> Item:
+        """The key's value and versions; raises KeyNotFoundError."""
+        return self._run(self._core.get(key, consistency, min_version))
+
+    def put(
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        *,
+        if_version: int | None = None,
+        create_only: bool = False,
+    ) -> int:
+        """Set the key; returns its new version. ``if_version``: compare-and-set."""
+        return self._run(self._core.put(key, value, if_version, create_only))
+
+    def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+        """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
+        return self._run(self._core.delete(key, if_version))
+
+    def scan_page(
+        self,
+        prefix: BytesLike = b"",
+        *,
+        limit: int = 100,
+        start_after: str | None = None,
+        consistency: str = "linearizable",
+        min_version: int | None = None,
+    ) -> ScanPage:
+        """One page of keys starting with ``prefix``, in key order."""
+        return self._run(self._core.scan_page(prefix, limit, start_after, consistency, min_version))
+
+    def scan(
+        self,
+        prefix: BytesLike = b"",
+        *,
+        limit: int = 100,
+        consistency: str = "linearizable",
+        min_version: int | None = None,
+    ) -> Iterator[Item]:
+        """Every key starting with ``prefix``, in order, fetched ``limit`` per page."""
+        pages = self._core.scan_pages(prefix, limit, consistency, min_version)
+        while (plan := pages.next()) is not None:
+            yield from self._run(plan).items
+
+    def txn(
+        self,
+        compare: Sequence[Compare] = (),
+        success: Sequence[Op] = (),
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        """Atomically: if every compare holds run ``success``, else ``failure``."""
+        return self._run(self._core.txn(compare, success, failure))
+
+    def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+        """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
+        return self._run(self._core.txn_raw(body, encoding))
+
+    def status(self, url: str | None = None, *, timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/status of ``url``, or of the first node that answers."""
+        return self._run(self._core.status(url, timeout))
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> RkvClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

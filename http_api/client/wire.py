@@ -1,0 +1,272 @@
+"""What goes over the wire, without doing any I/O: node URLs, the requests
+the clients send, and how answers are decoded (typed exceptions included).
+
+A client operation is a *plan*: a generator that yields what to do next
+(:class:`_Send` a request, or :class:`_Sleep`) and is sent back what happened
+(a :class:`_Reply`, a :class:`_Failure`, or None after a sleep). Plans are
+written in :mod:`http_api.client.rules`; each client only performs the
+actions, so both share every rule.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+from http_api.client.errors import (
+    InvalidRequestError,
+    KeyNotFoundError,
+    NotAppliedError,
+    OverloadedError,
+    PayloadTooLargeError,
+    RkvClientError,
+    UnavailableError,
+    UnknownOutcomeError,
+    VersionConflictError,
+)
+from http_api.client.model import Compare, Item, Op, TxnOpResult, TxnResult
+
+DEFAULT_URL = "http://127.0.0.1:8001"
+CONSISTENCY_LEVELS = ("linearizable", "leader", "stale")
+
+T = TypeVar("T")
+
+
+# -- node URLs ---------------------------------------------------------------------------
+
+
+def normalize_url(url: str) -> str:
+    """``scheme://host:port[/prefix]`` without a trailing slash; ValueError if unusable."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"a node URL takes no query or fragment: {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"bad port in URL {url!r}") from None
+    host = parts.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    return f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+def parse_urls(urls: str | Iterable[str]) -> list[str]:
+    """One URL, a comma-separated string or a list, normalized and deduplicated."""
+    raw = [urls] if isinstance(urls, str) else list(urls)
+    found: list[str] = []
+    for entry in raw:
+        for part in entry.split(","):
+            if part.strip():
+                url = normalize_url(part)
+                if url not in found:
+                    found.append(url)
+    if not found:
+        raise ValueError("no node URL given")
+    return found
+
+
+# -- what a plan yields and is sent back -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    base: str
+    method: str
+    target: str  # path and query, already percent-encoded
+    body: bytes | None
+    headers: Mapping[str, str]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """No HTTP answer. ``sent``: the request may have reached the server."""
+
+    error: BaseException
+    sent: bool
+
+
+_Action = _Send | _Sleep
+_Outcome = _Reply | _Failure | None
+_Plan = Generator[_Action, _Outcome, T]
+
+
+def _exchange(send: _Send) -> Generator[_Action, _Outcome, _Reply | _Failure]:
+    outcome = yield send
+    assert outcome is not None
+    return outcome
+
+
+# -- building requests -------------------------------------------------------------------
+
+
+def key_path(key: bytes) -> str:
+    """The request path of a key: every byte but unreserved ones percent-encoded."""
+    if not key:
+        raise ValueError("a key must not be empty")
+    return "/v1/kv/" + quote(key, safe="")
+
+
+def _query(params: Mapping[str, bytes | str | int | None]) -> str:
+    """``?a=1&b=...`` with every value percent-encoded (bytes as they are)."""
+    parts = [
+        f"{name}={quote(value if isinstance(value, bytes | str) else str(value), safe='')}"
+        for name, value in params.items()
+        if value is not None
+    ]
+    return "?" + "&".join(parts) if parts else ""
+
+
+def _check_consistency(consistency: str) -> str:
+    if consistency not in CONSISTENCY_LEVELS:
+        raise ValueError(f"consistency must be one of {', '.join(CONSISTENCY_LEVELS)}")
+    return consistency
+
+
+def _version_arg(version: int) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError("a version must be a non-negative integer")
+    return version
+
+
+def _txn_body(
+    compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+) -> dict[str, Any]:
+    return {
+        "compare": [c.to_json() for c in compare],
+        "success": [o.to_json() for o in success],
+        "failure": [o.to_json() for o in failure],
+    }
+
+
+# -- decoding answers --------------------------------------------------------------------
+
+
+def _unb64(text: Any, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise RkvClientError(f"the server sent a {what} that is not a string", code="bad_response")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise RkvClientError(
+            f"the server sent a {what} that is not base64", code="bad_response"
+        ) from None
+
+
+def _item(raw: Any) -> Item:
+    if not isinstance(raw, dict):
+        raise RkvClientError("the server sent a malformed scan item", code="bad_response")
+    return Item(
+        _unb64(raw.get("key"), "key"),
+        _unb64(raw.get("value"), "value"),
+        int(raw.get("version", 0)),
+        int(raw.get("create_version", 0)),
+    )
+
+
+def _txn_result(raw: dict[str, Any]) -> TxnResult:
+    results = []
+    for op in raw.get("results", []):
+        kind = str(op.get("op"))
+        value = op.get("value")
+        results.append(
+            TxnOpResult(
+                op=kind,
+                key=_unb64(op.get("key"), "key"),
+                found=bool(op.get("found", kind == "put")),
+                version=int(op.get("version", 0)),
+                create_version=int(op.get("create_version", 0)),
+                value=None if value is None else _unb64(value, "value"),
+            )
+        )
+    return TxnResult(bool(raw.get("succeeded")), int(raw.get("version", 0)), tuple(results))
+
+
+def _version_of(reply: _Reply) -> int:
+    body = reply.json()
+    if not isinstance(body, dict) or not isinstance(body.get("version"), int):
+        raise RkvClientError("the server sent no version", code="bad_response")
+    return int(body["version"])
+
+
+def _describe(failure: _Failure) -> str:
+    error = failure.error
+    text = str(error) or type(error).__name__
+    if isinstance(error, TimeoutError | socket.timeout):
+        return "timed out"
+    return text
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: rkv never sends one
+
+
+def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
+    """The typed exception for a non-2xx answer."""
+    body = reply.json()
+    code: str | None = None
+    message = ""
+    if isinstance(body, dict):
+        code = body.get("code") if isinstance(body.get("code"), str) else None
+        message = str(body.get("message", ""))
+    if not message:
+        message = reply.body[:200].decode("utf-8", "replace").strip() or f"HTTP {reply.status}"
+    status = reply.status
+    common: dict[str, Any] = {"code": code, "status": status, "url": url}
+    if status == 404 and code == "not_found":
+        return KeyNotFoundError(message, **common)
+    if status == 412:
+        current = body.get("current_version") if isinstance(body, dict) else None
+        return VersionConflictError(
+            message, int(current) if isinstance(current, int) else -1, **common
+        )
+    if status == 413:
+        return PayloadTooLargeError(message, **common)
+    if status == 400:
+        return InvalidRequestError(message, **common)
+    if status == 503:
+        retry_after = _retry_after(reply.headers)
+        kind: type[UnavailableError] = UnavailableError
+        if code in ("not_applied", "no_leader"):
+            kind = NotAppliedError
+        elif code == "unknown_outcome":
+            kind = UnknownOutcomeError
+        elif code == "overloaded":
+            kind = OverloadedError
+        return kind(message, retry_after=retry_after, **common)
+    return RkvClientError(message, code=code or f"http_{status}", status=status, url=url)

@@ -1,0 +1,236 @@
+"""The `rkv` client commands: put, get, delete, scan, txn and status
+(composition root). They use the blocking :class:`http_api.client.RkvClient`
+and never import the server stack.
+
+Exit status: 0 ok, 1 refused by the server (not found, conflict, invalid),
+2 usage error, 3 cluster unreachable or unable to serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from http_api.client import (
+    DEFAULT_URL,
+    ClusterUnreachableError,
+    Item,
+    KeyNotFoundError,
+    RkvClient,
+    RkvClientError,
+    UnavailableError,
+    VersionConflictError,
+    parse_urls,
+)
+from node.cli import BASE64_MARK, URL_ENV
+
+EXIT_REFUSED = 1  # the server said no: not found, version conflict, invalid request
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3  # no node answered, or the cluster could not serve the request
+
+
+class _UsageError(Exception):
+    """Bad input found after argument parsing (exit 2)."""
+
+
+def _text_arg(text: str) -> bytes:
+    """A command-line argument as the bytes the user typed (undecodable bytes kept)."""
+    return os.fsencode(text)
+
+
+def _value_arg(text: str) -> bytes:
+    return sys.stdin.buffer.read() if text == "-" else _text_arg(text)
+
+
+def _shown(data: bytes) -> str:
+    """Text when it is printable UTF-8, else ``base64:<base64>``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable() and not text.startswith(BASE64_MARK):
+        return text
+    return BASE64_MARK + base64.b64encode(data).decode("ascii")
+
+
+def _json_bytes(data: bytes, utf8: bool) -> str:
+    if not utf8:
+        return base64.b64encode(data).decode("ascii")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _UsageError("a key or value is not UTF-8: leave out --utf-8") from None
+
+
+def _client_cmd_put(client: RkvClient, args: argparse.Namespace) -> int:
+    version = client.put(
+        _text_arg(args.key),
+        _value_arg(args.value),
+        if_version=args.if_version,
+        create_only=args.create_only,
+    )
+    print(version)
+    return 0
+
+
+def _client_cmd_get(client: RkvClient, args: argparse.Namespace) -> int:
+    item = client.get(_text_arg(args.key), args.consistency, args.min_version)
+    sys.stdout.buffer.write(item.value)
+    sys.stdout.flush()
+    if args.show_version or args.verbose:
+        print(f"version {item.version} create_version {item.create_version}", file=sys.stderr)
+    return 0
+
+
+def _client_cmd_delete(client: RkvClient, args: argparse.Namespace) -> int:
+    print(client.delete(_text_arg(args.key), if_version=args.if_version))
+    return 0
+
+
+def _client_cmd_scan(client: RkvClient, args: argparse.Namespace) -> int:
+    remaining: int | None = args.limit
+    cursor: str | None = args.start_after
+    items: list[Item] = []
+    while remaining is None or remaining > 0:
+        size = args.page_size if remaining is None else min(args.page_size, remaining)
+        page = client.scan_page(
+            _text_arg(args.prefix),
+            limit=size,
+            start_after=cursor,
+            consistency=args.consistency,
+            min_version=args.min_version,
+        )
+        if remaining is not None:
+            remaining -= len(page.items)
+        if args.json:
+            items.extend(page.items)
+        else:
+            for item in page.items:
+                print(f"{_shown(item.key)}\t{item.version}\t{_shown(item.value)}")
+        cursor = page.next
+        if cursor is None:
+            break
+    if args.json:
+        rendered = [
+            {
+                "key": _json_bytes(item.key, args.utf_8),
+                "value": _json_bytes(item.value, args.utf_8),
+                "version": item.version,
+                "create_version": item.create_version,
+            }
+            for item in items
+        ]
+        print(json.dumps({"items": rendered, "next": cursor}, indent=2))
+    return 0
+
+
+def _client_cmd_txn(client: RkvClient, args: argparse.Namespace) -> int:
+    try:
+        text = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        raise _UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    try:
+        body: Any = json.loads(text)
+    except ValueError as exc:
+        raise _UsageError(f"{args.file} is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _UsageError(
+            'a transaction is a JSON object: {"compare": [...], "success": [...], "failure": [...]}'
+        )
+    result = client.txn_raw(body, encoding="utf-8" if args.utf_8 else "base64")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _client_cmd_status(client: RkvClient, args: argparse.Namespace) -> int:
+    status = client.status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    members = status.get("members") or [{"id": status.get("id"), "url": status.get("url")}]
+    members = sorted(members, key=lambda member: str(member.get("id")))
+    rows = [("ID", "URL", "ROLE", "REACHABLE", "LEADER")]
+    for member in members:
+        url = str(member.get("url"))
+        seen: dict[str, Any] | None = status if member.get("self") else None
+        if seen is None:
+            try:
+                seen = client.status(url, timeout=min(args.timeout, 2.0))
+            except RkvClientError:
+                seen = None
+        leader = (seen or {}).get("leader") or {}
+        rows.append(
+            (
+                str(member.get("id")),
+                url,
+                str(seen.get("role", "?")) if seen else "?",
+                "yes" if seen else "no",
+                str(leader.get("id", "-")) if seen else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return 0
+
+
+def _client_error_exit(command: str, key: str | None, exc: RkvClientError) -> int:
+    where = f"rkv {command}" if key is None else f"rkv {command} {key}"
+    if isinstance(exc, KeyNotFoundError):
+        message = f"{where}: not found"
+    elif isinstance(exc, VersionConflictError):
+        current = f"current version {exc.current_version}" if exc.current_version >= 0 else ""
+        message = f"{where}: version conflict: {current or exc.message}"
+    else:
+        message = f"{where}: {exc.message} [{exc.code}]"
+    print(message, file=sys.stderr)
+    if isinstance(exc, ClusterUnreachableError | UnavailableError):
+        return EXIT_UNREACHABLE
+    return EXIT_REFUSED
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a client command with a blocking client; returns the exit status."""
+    command: str = args.command
+    try:
+        urls = parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL])
+        with RkvClient(urls, timeout=args.timeout) as client:
+            code: int = _COMMANDS[command](client, args)
+        sys.stdout.flush()
+        return code
+    except RkvClientError as exc:
+        return _client_error_exit(command, getattr(args, "key", None), exc)
+    except (_UsageError, ValueError, TypeError) as exc:
+        print(f"rkv {command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"rkv {command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (rkv scan | head): not worth a message.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        logging.getLogger(__name__).info("unexpected error", exc_info=True)
+        print(f"rkv {command}: unexpected error: {exc!r} (-v shows details)", file=sys.stderr)
+        return 1
+
+
+_COMMANDS: dict[str, Callable[[RkvClient, argparse.Namespace], int]] = {
+    "put": _client_cmd_put,
+    "get": _client_cmd_get,
+    "delete": _client_cmd_delete,
+    "scan": _client_cmd_scan,
+    "txn": _client_cmd_txn,
+    "status": _client_cmd_status,
+}

@@ -25,10 +25,10 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from node.commit_log import CommitLog
-from node.record import Record, RecordOp, encode_record
+from node.record import BODY_HEADER, ENTRY_END, PREFIX, RecordOp
 from node.segment import Segment
 
 if TYPE_CHECKING:  # only for annotations: `rkv get` must not load lmdb via settings
@@ -64,7 +64,7 @@ class CompactionResult:
 
 
 Progress = Callable[[int, int], None]
-"""Called with (records examined, records to examine) as compaction goes."""
+"""Called with (bytes examined, bytes to examine) as compaction goes."""
 
 
 class _StagedWriter:
@@ -75,18 +75,41 @@ class _StagedWriter:
         self._segment_bytes = segment_bytes
         self.segments: list[Segment] = []
 
-    def write(self, records: list[Record]) -> None:
-        if not records:
+    def write(self, frames: list[tuple[int, bytes]]) -> None:
+        """Append (offset, frame) pairs: frames are copied as they are, checksums and all."""
+        if not frames:
             return
         current = self.segments[-1] if self.segments else None
         if current is None or current.size >= self._segment_bytes:
-            current = self._log.new_staged_segment(records[0].offset)
+            current = self._log.new_staged_segment(frames[0][0])
             self.segments.append(current)
-        current.append([(r.offset, encode_record(r)) for r in records])
+        current.append(frames)
 
     @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
+
+
+class _Frame(NamedTuple):
+    offset: int
+    timestamp_ms: int
+    op: int
+    key: bytes
+    frame: bytes
+
+
+def _frames(segments: list[Segment]) -> Iterator[_Frame]:
+    """The records of ``segments`` as raw frames with the fields compaction decides on."""
+    header_at = PREFIX.size
+    for segment in segments:
+        if segment.is_empty:
+            continue
+        for _, frame in segment.raw_records():
+            offset, _, timestamp, _, op, key_len, _ = BODY_HEADER.unpack_from(frame, header_at)
+            key_at = header_at + BODY_HEADER.size
+            yield _Frame(
+                offset, timestamp, op & ~ENTRY_END, frame[key_at : key_at + key_len], frame
+            )
 
 
 def compact(
@@ -103,35 +126,36 @@ def compact(
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     head = log.last_offset
     old = log.closed_segments()
-    total = sum(1 for _ in _records(old)) if progress is not None else 0
+    total_bytes = sum(s.size for s in old)
     writer = _StagedWriter(log, segment_bytes)
-    examined = kept = tombstones = 0
-    chunk: list[Record] = []
+    examined = kept = tombstones = read_bytes = 0
+    chunk: list[_Frame] = []
 
     def flush() -> None:
         nonlocal kept, tombstones
-        keep: list[Record] = []
+        keep: list[tuple[int, bytes]] = []
         with store.reader() as view:
-            for record in chunk:
-                if record.op is RecordOp.PUT:
-                    current = view.get(record.key)
-                    if current is not None and current.version == record.offset:
-                        keep.append(record)
+            for item in chunk:
+                if item.op == RecordOp.PUT:
+                    current = view.get(item.key)
+                    if current is not None and current.version == item.offset:
+                        keep.append((item.offset, item.frame))
                 elif (
-                    now_ms - record.timestamp_ms < policy.tombstone_retention_ms
-                    or head - record.offset < policy.tombstone_retention_offsets
+                    now_ms - item.timestamp_ms < policy.tombstone_retention_ms
+                    or head - item.offset < policy.tombstone_retention_offsets
                 ):
-                    keep.append(record)
+                    keep.append((item.offset, item.frame))
                     tombstones += 1
         writer.write(keep)
         kept += len(keep)
         chunk.clear()
         if progress is not None:
-            progress(examined, total)
+            progress(read_bytes, total_bytes)
 
-    for record in _records(old):
-        chunk.append(record)
+    for item in _frames(old):
+        chunk.append(item)
         examined += 1
+        read_bytes += len(item.frame)
         if len(chunk) >= _CHUNK:
             flush()
     if chunk:
@@ -162,9 +186,3 @@ def compact(
         result.seconds,
     )
     return result
-
-
-def _records(segments: list[Segment]) -> Iterator[Record]:
-    for segment in segments:
-        if not segment.is_empty:
-            yield from segment.read_from(segment.first_offset)

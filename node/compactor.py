@@ -102,7 +102,9 @@ class Compactor:
     def status(self) -> dict[str, Any]:
         running = self._progress
         return {
-            "running": None if running is None else {"examined": running[0], "total": running[1]},
+            "running": None
+            if running is None
+            else {"bytes_examined": running[0], "bytes_total": running[1]},
             "runs": self.runs,
             "last": None
             if self._last is None

@@ -301,6 +301,40 @@ class Segment:
         i = bisect.bisect_right(self._index_offsets, offset) - 1
         return self._index_positions[i] if i >= 0 else 0
 
+    def raw_records(self) -> Iterator[tuple[int, bytes]]:
+        """Every record as (file position, verified frame bytes), read in large blocks:
+        for copying records without decoding them (compaction)."""
+        with open(self.log_path, "rb", buffering=0) as f:
+            if os.fstat(f.fileno()).st_ino != self._inode:
+                raise FileNotFoundError(f"{self.log_path} was replaced by a compaction")
+            buffer = b""
+            base = 0  # file position of buffer[0]
+            end = self.size
+            while base < end:
+                block = f.read(min(_READ_BUFFER, end - base - len(buffer)))
+                if not block and len(buffer) < end - base:
+                    raise CorruptLogError(self.log_path, base, "segment shorter than recorded")
+                buffer += block
+                at = 0
+                while len(buffer) - at >= PREFIX.size:
+                    length, crc = PREFIX.unpack_from(buffer, at)
+                    stop = at + PREFIX.size + length
+                    if length < BODY_HEADER.size or length > self._max_record_bytes:
+                        raise CorruptLogError(
+                            self.log_path, base + at, f"impossible record length {length}"
+                        )
+                    if stop > len(buffer):
+                        break
+                    frame = buffer[at:stop]
+                    if zlib.crc32(memoryview(frame)[PREFIX.size :]) != crc:
+                        raise CorruptLogError(self.log_path, base + at, "checksum mismatch")
+                    yield base + at, frame
+                    at = stop
+                if at == 0 and not block:
+                    raise CorruptLogError(self.log_path, base, "record cut short")
+                buffer = buffer[at:]
+                base += at
+
     def read_from(self, offset: int, end: int | None = None) -> Iterator[Record]:
         """Records with offsets >= ``offset`` up to byte ``end`` (default: current size)."""
         stop = self.size if end is None else end

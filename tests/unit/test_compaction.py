@@ -11,6 +11,7 @@ import pytest
 from node import segment_swap
 from node.commands import Batch, Command, Delete, Put, encode_entry
 from node.compaction import CompactionPolicy, compact
+from node.errors import CorruptLogError
 from node.lmdb_store import LmdbStore
 from node.record import RecordOp
 from node.recovery import LOG_DIR, STATE_DIR, NodeStorage, open_storage
@@ -182,3 +183,19 @@ def test_a_crash_at_any_step_leaves_the_old_set_or_the_new(
     assert state(replayed) == live
     replayed.close()
     assert index > 0
+
+
+def test_compaction_refuses_to_copy_a_corrupt_record(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path, CONFIG)
+    for i in range(1, 200):
+        storage.state_machine.apply(i, encode_entry(Batch((Put(b"k%d" % (i % 7), b"z" * 90),), i)))
+    storage.commit_log.roll()
+    first = storage.commit_log.closed_segments()[0].log_path
+    data = bytearray(first.read_bytes())
+    data[300] ^= 0x40
+    first.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError) as info:
+        compact(storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
+    assert info.value.path == first
+    assert not (tmp_path / LOG_DIR / segment_swap.MANIFEST).exists()  # nothing was swapped
+    storage.close()

@@ -1,8 +1,8 @@
 """The `rkv` command line: the parser and the dispatch (composition root).
 
 The commands live in node/cli_server.py (up, node, check: the server stack)
-and node/cli_client.py (put, get, delete, scan, txn, status: the blocking
-client); only the one that runs is imported.
+and node/cli_client.py (put, get, delete, scan, txn, compact, status: the
+blocking client); only the one that runs is imported.
 """
 
 from __future__ import annotations
@@ -122,6 +122,13 @@ def _add_client_commands(sub: Any) -> None:
     txn.add_argument(
         "--utf-8", action="store_true", help="keys and values are text (default base64)"
     )
+
+    compact = command(
+        "compact",
+        "force a compaction of the commit log on each node named by --url "
+        "(every node compacts its own log)",
+    )
+    compact.add_argument("--json", action="store_true", help="the raw results")
 
     status = command("status", "the cluster's members, roles and leader")
     status.add_argument("--json", action="store_true", help="the raw /v1/status of one node")

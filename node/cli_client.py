@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,6 +185,32 @@ def _client_cmd_status(client: RkvClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def _client_cmd_compact(client: RkvClient, args: argparse.Namespace) -> int:
+    """POST /v1/admin/compact on every node named by --url, one after the other."""
+    results = {}
+    for url in parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL]):
+        request = urllib.request.Request(f"{url}/v1/admin/compact", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=max(args.timeout, 600)) as response:
+                results[url] = json.load(response)
+        except urllib.error.HTTPError as exc:
+            print(f"rkv compact: {url}: HTTP {exc.code}: {exc.read()[:300]!r}", file=sys.stderr)
+            return EXIT_UNREACHABLE if exc.code >= 500 else EXIT_REFUSED
+        except OSError as exc:
+            print(f"rkv compact: {url}: unreachable: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        if not args.json:
+            r = results[url]
+            print(
+                f"{url}: {r['records_before']} -> {r['records_kept']} records "
+                f"({r['records_dropped']} dropped, {r['tombstones_kept']} tombstones kept), "
+                f"{r['bytes_before']} -> {r['bytes_after']} bytes in {r['seconds']:.2f}s"
+            )
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
 def _client_error_exit(command: str, key: str | None, exc: RkvClientError) -> int:
     where = f"rkv {command}" if key is None else f"rkv {command} {key}"
     if isinstance(exc, KeyNotFoundError):
@@ -233,4 +261,5 @@ _COMMANDS: dict[str, Callable[[RkvClient, argparse.Namespace], int]] = {
     "scan": _client_cmd_scan,
     "txn": _client_cmd_txn,
     "status": _client_cmd_status,
+    "compact": _client_cmd_compact,
 }

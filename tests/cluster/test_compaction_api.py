@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.support.cluster import LocalCluster, http, scan_all, wait_until
+
+RKV = Path(sys.executable).with_name("rkv")
 
 
 def has_all(url: str, query: str, count: int) -> bool:
@@ -54,6 +58,26 @@ def test_forced_compaction_on_every_node_keeps_state_and_survives_restart(tmp_pa
         assert {item["key"].decode(): item["value"] for item in items} == expected
         # and writes continue
         assert http("PUT", f"{cluster.leader().url}/v1/kv/cmp/after", body=b"ok").status == 200
+        # `rkv compact` does the same from a shell, for each node named
+        urls = [cluster.nodes[0].url, cluster.nodes[1].url]
+        done = subprocess.run(
+            [str(RKV), "compact", "--url", ",".join(urls)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert all(f"{url}: " in done.stdout for url in urls), done.stdout
+        assert "records" in done.stdout and "Traceback" not in done.stderr
+        unreachable = subprocess.run(
+            [str(RKV), "compact", "--url", "http://127.0.0.1:9"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert unreachable.returncode == 3 and "unreachable" in unreachable.stderr
     except (AssertionError, TimeoutError) as error:
         raise AssertionError(f"{error}\n{cluster.logs()}") from error
     finally:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from node.commands import Command
 from node.compaction import CompactionResult
 from node.kv_service import Consistency, ScanPage
 from node.lmdb_store import StoredValue
+from node.record import Record
 from node.results import CommandResult
+from node.snapshot_file import SnapshotHeader
 
 
 class KvApi(Protocol):
@@ -47,6 +49,28 @@ class KvApi(Protocol):
     def log_chunks(
         self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
     ) -> Iterator[bytes]: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+    @property
+    def watch_keepalive(self) -> float: ...
+
+    def unreadable_reason(self) -> str | None: ...
+
+    def changes(
+        self,
+        prefix: bytes,
+        from_offset: int,
+        to_offset: int,
+        *,
+        max_records: int = ...,
+        max_bytes: int = ...,
+    ) -> tuple[list[Record], int]: ...
+
+    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
+        """Blocking: the state as a snapshot file at position 0; the caller closes it."""
+        ...
 
     def status(self) -> dict[str, Any]: ...
 

@@ -203,6 +203,91 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/watch": {
+                "get": {
+                    "summary": "The change feed: puts and deletes from an offset, as a "
+                    "long-lived NDJSON stream",
+                    "description": "One JSON object per line, in offset order: a Change, or a "
+                    'keep-alive {"keepalive": true, "head": N} after --watch-keepalive '
+                    "seconds (10) without a line; every matching change up to head has been "
+                    "sent, so resuming from head + 1 loses nothing. Keys under the internal "
+                    "prefix \\x00rkv/ never appear. With encoding=utf-8, a line whose key or "
+                    'value is not UTF-8 carries both as base64 and has "encoding": '
+                    '"base64"; the stream goes on. Any offset is a valid from, including '
+                    "one compaction removed: the stream then starts with what the log still "
+                    "holds (the latest record of each key, tombstones in retention) and goes "
+                    "on with the tail; there is no 'compacted' error. The stream ends when the "
+                    "node shuts down; if this node stops serving reads or cannot read its log, "
+                    'a last line {"error": {"code", "message"}} comes first. Resume '
+                    "from the last offset + 1, here or on another node (offsets are the same "
+                    "on every replica). Headers: Rkv-Head-Offset (this node's applied offset "
+                    "when the stream started), Rkv-Watch-From (the first offset considered).",
+                    "parameters": [
+                        {
+                            "name": "prefix",
+                            "in": "query",
+                            "schema": {"type": "string"},
+                            "description": "Only keys starting with these (percent-encoded) "
+                            "bytes; default every user key.",
+                        },
+                        {
+                            "name": "from",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0},
+                            "description": "The first offset to send. Default: the next one "
+                            "(only changes after the request); 0 or 1 replays the whole log.",
+                        },
+                        _ENCODING,
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "NDJSON lines: Change, WatchKeepalive, WatchError",
+                            "content": {
+                                "application/x-ndjson": {
+                                    "schema": {
+                                        "oneOf": [
+                                            {"$ref": "#/components/schemas/Change"},
+                                            {"$ref": "#/components/schemas/WatchKeepalive"},
+                                            {"$ref": "#/components/schemas/WatchError"},
+                                        ]
+                                    }
+                                }
+                            },
+                        },
+                        **_errors(400, 503),
+                    },
+                }
+            },
+            "/v1/snapshot": {
+                "get": {
+                    "summary": "This node's whole state as a snapshot file (export)",
+                    "description": "A consistent view at one applied index: a header (magic "
+                    "RKVSNAP, format version, applied raft index and offset, record count, "
+                    "creation time), one commit-log framed put per key (internal keys "
+                    "included) and a trailer with the count and a SHA-256 of everything "
+                    "before it; see docs/ARCHITECTURE.md. Headers Rkv-Snapshot-Index and "
+                    "Rkv-Snapshot-Offset: what the state reflects (a follower may be behind "
+                    "the leader). One export at a time per node.",
+                    "responses": {
+                        "200": {
+                            "description": "The snapshot file",
+                            "headers": {
+                                name: {"schema": {"type": "integer"}, "description": text}
+                                for name, text in (
+                                    ("Rkv-Snapshot-Index", "The applied raft index"),
+                                    ("Rkv-Snapshot-Offset", "The applied commit-log offset"),
+                                )
+                            },
+                            "content": {
+                                "application/octet-stream": {
+                                    "schema": {"type": "string", "format": "binary"}
+                                }
+                            },
+                        },
+                        **_errors(503),
+                    },
+                }
+            },
             "/v1/admin/compact": {
                 "post": {
                     "summary": "Force a compaction of this node's commit log: roll the active "
@@ -298,6 +383,40 @@ def openapi_document() -> dict[str, Any]:
                         "key": _BYTES,
                         "value": _BYTES,
                     },
+                },
+                "Change": {
+                    "type": "object",
+                    "required": ["offset", "op", "key", "version"],
+                    "properties": {
+                        "offset": {"type": "integer"},
+                        "op": {"type": "string", "enum": ["put", "delete"]},
+                        "key": _BYTES,
+                        "value": {**_BYTES, "description": "puts only; " + _BYTES["description"]},
+                        "version": {
+                            "type": "integer",
+                            "description": "The key's version after the change (= offset)",
+                        },
+                        "create_version": {"type": "integer", "description": "puts only"},
+                        "encoding": {
+                            "type": "string",
+                            "enum": ["base64"],
+                            "description": "Present when encoding=utf-8 was asked but this "
+                            "key or value is not UTF-8: both are base64 on this line.",
+                        },
+                    },
+                },
+                "WatchKeepalive": {
+                    "type": "object",
+                    "required": ["keepalive", "head"],
+                    "properties": {
+                        "keepalive": {"type": "boolean", "enum": [True]},
+                        "head": {"type": "integer"},
+                    },
+                },
+                "WatchError": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": _ERROR},
                 },
                 "TxnResult": {
                     "type": "object",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -134,6 +135,40 @@ def _add_client_commands(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="the raw /v1/status of one node")
 
 
+def _add_snapshot_commands(sub: Any) -> None:
+    snapshot = sub.add_parser("snapshot", help="save a node's consistent export, or restore one")
+    actions = snapshot.add_subparsers(dest="snapshot_command", required=True)
+    save = actions.add_parser("save", help="download GET /v1/snapshot from a node to FILE")
+    save.add_argument("file", type=Path)
+    save.add_argument(
+        "--url", default=None, help=f"the node (default: ${URL_ENV} or {DEFAULT_URL})"
+    )
+    save.add_argument("--timeout", type=_positive_float, default=600.0)
+    restore = actions.add_parser(
+        "restore", help="seed a new, empty data directory from a snapshot FILE"
+    )
+    restore.add_argument("file", type=Path)
+    restore.add_argument("--data-dir", type=Path, required=True)
+    restore.add_argument(
+        "--keep-raft-index",
+        action="store_true",
+        help="rebuild a lost member of the same cluster in place (default: a new cluster)",
+    )
+    restore.add_argument("--max-value-bytes", type=_positive_int, default=None)
+
+
+def _run_snapshot(args: argparse.Namespace) -> int:
+    from node.cli_snapshot import restore_snapshot_command, save_snapshot  # noqa: PLC0415
+
+    if args.snapshot_command == "save":
+        url = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+        return save_snapshot(url, args.file, timeout=args.timeout)
+    options = {} if args.max_value_bytes is None else {"max_value_bytes": args.max_value_bytes}
+    return restore_snapshot_command(
+        args.file, args.data_dir, keep_raft_index=args.keep_raft_index, **options
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rkv", description="rkv: a Raft-replicated KV store")
     parser.add_argument("--version", action="version", version=f"rkv {_version()}")
@@ -151,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="open and recover a data directory, print its state")
     check.add_argument("--data-dir", type=Path, required=True)
     _add_client_commands(sub)
+    _add_snapshot_commands(sub)
     return parser
 
 
@@ -160,6 +196,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     # import the server stack node.cli_server needs (pysyncobj, lmdb, aiohttp.web).
     if args.command in SERVER_COMMANDS:
         from node.cli_server import run  # noqa: PLC0415
+    elif args.command == "snapshot":
+        run = _run_snapshot
     else:
         from node.cli_client import run  # noqa: PLC0415
     return run(args)

@@ -14,6 +14,7 @@ for business outcomes inside apply (a failed compare-and-set is a
     │       └── StoreCorruptError     LMDB's files are damaged (rebuilt from the log)
     ├── ConfigError                   invalid configuration value
     ├── ReplicationError              pulling records from another node failed
+    ├── SnapshotFormatError           a snapshot file is truncated, damaged or not one
     └── RequestError                  a request could not be served; ``code`` is stable
         ├── InvalidRequest            malformed input (bad key, bad parameter)
         ├── PayloadTooLarge           a value or body over the limit
@@ -79,6 +80,16 @@ class ConfigError(RkvError):
 
 class ReplicationError(RkvError):
     """Pulling records from another node failed (unreachable, damaged stream)."""
+
+
+class SnapshotFormatError(RkvError):
+    """A snapshot file cannot be used: truncated, damaged, not a snapshot, or a format
+    version this node does not read. The message names what is wrong and where."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source = source
+        self.reason = reason
 
 
 class RequestError(RkvError):

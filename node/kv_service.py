@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 from node.commands import Command, Delete, Put
 from node.commit_log import CommitLog
@@ -42,10 +43,14 @@ from node.errors import (
 from node.keyspace import is_reserved, key_length_problem
 from node.lmdb_store import LmdbStore, StoredValue
 from node.log_feed import encoded_records
+from node.record import Record
 from node.results import CommandResult, ResultCode
+from node.snapshot_file import SnapshotHeader, export_snapshot
 
 MAX_SCAN_LIMIT = 10_000
 DEFAULT_SCAN_LIMIT = 100
+DEFAULT_WATCH_KEEPALIVE = 10.0
+"""Seconds an open change feed (GET /v1/watch) may stay silent before a keep-alive line."""
 
 
 class Consistency(enum.Enum):
@@ -109,7 +114,9 @@ class KvService:
         compactor: Compactor,
         log: CommitLog,
         read_wait_timeout: float = 5.0,
+        watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
     ) -> None:
+        self._watch_keepalive = watch_keepalive
         self._consensus = consensus
         self._store = store
         self._log = log
@@ -247,6 +254,81 @@ class KvService:
                 chunk, size = [], 0
         if chunk:
             yield b"".join(chunk)
+
+    # -- the change feed ------------------------------------------------------------
+
+    @property
+    def applied_offset(self) -> int:
+        """The last offset this node has applied: every record up to it is in the log."""
+        return self._store.applied_offset
+
+    @property
+    def watch_keepalive(self) -> float:
+        """Seconds an open change feed may stay silent before it sends a keep-alive."""
+        return self._watch_keepalive
+
+    def unreadable_reason(self) -> str | None:
+        """Why this node serves no reads (its state is known to miss entries), or None."""
+        return self._consensus.stalled_reason()
+
+    def changes(
+        self,
+        prefix: bytes,
+        from_offset: int,
+        to_offset: int,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = 1024 * 1024,
+    ) -> tuple[list[Record], int]:
+        """User records (never the reserved prefix) whose key starts with ``prefix`` and
+        ``from_offset <= offset <= to_offset``, in offset order, and the offset to go on
+        from. Blocking file I/O: call it off the event loop.
+
+        One call reads at most ``max_records`` records, matching or not, and stops once
+        the matching keys and values reach ``max_bytes``. Offsets compaction removed read
+        as the next greater one, so a range that compaction thinned yields each key's
+        latest record (and tombstones still in retention). ``to_offset`` should be at
+        most :attr:`applied_offset`, below which the log has no gaps still to fill.
+        """
+        matched: list[Record] = []
+        if to_offset < from_offset:
+            return matched, from_offset
+        size = 0
+        # Leaving the loop early drops the reader, which closes its segment file.
+        for scanned, record in enumerate(self._log.read(from_offset), 1):
+            if record.offset > to_offset:
+                break
+            if record.key.startswith(prefix) and not is_reserved(record.key):
+                matched.append(record)
+                size += len(record.key) + len(record.value)
+            if scanned >= max_records or size >= max_bytes:
+                return matched, record.offset + 1
+        return matched, to_offset + 1
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
+        """This node's state as a snapshot file (node/snapshot_file.py), positioned at 0.
+
+        Blocking (LMDB and file I/O): call it off the event loop. The export is
+        spooled to an unnamed temporary file in the data directory (removed by the
+        kernel when closed, even after a crash), so the LMDB read transaction
+        lasts as long as writing the file, not as long as a slow download. The
+        caller closes the file. A stalled node (its state misses entries)
+        refuses with NodeNotReady.
+        """
+        reason = self._consensus.stalled_reason()
+        if reason is not None:
+            raise NodeNotReady(f"this node exports no snapshot: {reason}")
+        # Returned open: the caller closes it.
+        spool = tempfile.TemporaryFile(dir=self._log.directory.parent, prefix=".snapshot-")  # noqa: SIM115
+        try:
+            header = export_snapshot(self._store, cast(BinaryIO, spool))
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        return header, cast(BinaryIO, spool)
 
     # -- node state ---------------------------------------------------------------
 

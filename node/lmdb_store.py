@@ -131,9 +131,15 @@ class _ReaderGate:
 class ReadView:
     """Reads from one LMDB snapshot; valid only inside :meth:`LmdbStore.reader`."""
 
-    def __init__(self, txn: lmdb.Transaction, data_db: lmdb._Database) -> None:
+    def __init__(
+        self,
+        txn: lmdb.Transaction,
+        data_db: lmdb._Database,
+        meta_db: lmdb._Database | None = None,
+    ) -> None:
         self._txn = txn
         self._data = data_db
+        self._meta = meta_db
 
     def get(self, key: bytes) -> StoredValue | None:
         raw = self._txn.get(lmdb_key(key), db=self._data)
@@ -171,6 +177,34 @@ class ReadView:
             if not cursor.next():
                 break
         return items
+
+    def applied(self) -> tuple[int, int]:
+        """The applied raft index and offset as of this snapshot (not the live ones)."""
+        if self._meta is None:
+            raise StoreError("this read view was opened without the meta database")
+        return (
+            _read_u64(cast("bytes | None", self._txn.get(_APPLIED_INDEX, db=self._meta))),
+            _read_u64(cast("bytes | None", self._txn.get(_APPLIED_OFFSET, db=self._meta))),
+        )
+
+    def all_items(
+        self, chunk_items: int = 1000, chunk_bytes: int = 4 * 1024 * 1024
+    ) -> Iterator[list[tuple[bytes, StoredValue]]]:
+        """Every key, internal ones included, in LMDB order, in lists of at most
+        ``chunk_items`` items or about ``chunk_bytes`` of values (memory stays bounded
+        by one chunk). Valid only while the view is: consume it inside ``reader()``."""
+        cursor = self._txn.cursor(db=self._data)
+        chunk: list[tuple[bytes, StoredValue]] = []
+        size = 0
+        for stored_key, raw in cursor.iternext(keys=True, values=True):
+            item = _decode_item(cast(bytes, stored_key), cast(bytes, raw))
+            chunk.append(item)
+            size += len(item[0]) + len(item[1].value)
+            if len(chunk) >= chunk_items or size >= chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
 
     def count(self, include_internal: bool = False) -> int:
         total: int = self._txn.stat(self._data)["entries"]
@@ -233,7 +267,7 @@ class LmdbStore:
     def reader(self) -> Iterator[ReadView]:
         """A consistent snapshot for several reads; keep it short."""
         with self._gate.reading(), self._env.begin(buffers=False) as txn:
-            yield ReadView(txn, self._data)
+            yield ReadView(txn, self._data, self._meta)
 
     def get(self, key: bytes) -> StoredValue | None:
         with self.reader() as view:

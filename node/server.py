@@ -34,12 +34,28 @@ async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
             on_apply_thread=consensus.on_apply_thread,
         )
         background = asyncio.create_task(compactor.run_triggers())
+        loop = asyncio.get_running_loop()
+        after_catch_up: set[asyncio.Task[object]] = set()
+
+        def compact_after_catch_up(pulled: int) -> None:
+            # A rebuilt or caught-up replica holds the pulled range as it came:
+            # force a compaction, as the Compaction Topic's rebuild flow does.
+            def start() -> None:
+                task: asyncio.Task[object] = asyncio.create_task(compactor.compact(force=True))
+                after_catch_up.add(task)
+                task.add_done_callback(after_catch_up.discard)
+
+            logger.info("caught up with %d pulled records: forcing a compaction", pulled)
+            loop.call_soon_threadsafe(start)
+
+        consensus.catch_up_listeners.append(compact_after_catch_up)
         service = KvService(
             consensus,
             storage.store,
             config.storage.max_value_bytes,
             compactor=compactor,
             log=storage.commit_log,
+            watch_keepalive=config.watch_keepalive,
         )
         http = HttpServer(service, config.http_host, config.http_port)
         await http.start()

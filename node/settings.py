@@ -21,6 +21,7 @@ from node.storage_config import FsyncPolicy, StorageConfig
 from raft.config import Member, RaftConfig
 
 ENV_PREFIX = "RKV_"
+DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class NodeConfig:
     log_level: str
     compaction_policy: CompactionPolicy
     compaction_triggers: CompactionTriggers
+    watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +75,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--compaction-min-bytes",
         help="compact once this many bytes of segments closed since the last run (64 MiB)",
+    )
+    add(
+        "--watch-keepalive",
+        help="seconds an idle /v1/watch stream waits before a keep-alive line "
+        f"(RKV_WATCH_KEEPALIVE, {DEFAULT_WATCH_KEEPALIVE:g})",
     )
 
 
@@ -202,6 +209,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             _value(args, env, "compaction_min_bytes"), "--compaction-min-bytes", 64 * 1024 * 1024
         ),
     )
+    watch_keepalive = _positive_float(
+        _value(args, env, "watch_keepalive"), "--watch-keepalive", DEFAULT_WATCH_KEEPALIVE
+    )
     return NodeConfig(
         node_id,
         data_dir,
@@ -216,4 +226,5 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         level,
         policy,
         triggers,
+        watch_keepalive=watch_keepalive,
     )

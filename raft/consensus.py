@@ -80,7 +80,11 @@ class RaftConsensus:
             config.self_member.node_id,
             {m.node_id: m.http_url for m in config.members},
             self._stall,
+            self._caught_up,
         )
+        # Called on the raft thread with the number of records pulled, after a
+        # catch-up from the leader's log (the composition root compacts then).
+        self.catch_up_listeners: list[Callable[[int], None]] = []
         self._syncer = AckSyncer(storage.commit_log.sync, self._deliver_threadsafe)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -161,6 +165,10 @@ class RaftConsensus:
             logger.info("raft entry %d applied; the storage error has cleared", raft_index)
             self._storage_error = None
         return results
+
+    def _caught_up(self, pulled: int) -> None:
+        for listener in self.catch_up_listeners:
+            listener(pulled)
 
     def _stall(self, reason: str) -> None:
         if self._stalled is None:

@@ -50,11 +50,13 @@ class SnapshotMarkers:
         node_id: str,
         member_urls: dict[str, str],
         on_gap: Callable[[str], None],
+        on_caught_up: Callable[[int], None],
     ) -> None:
         self._storage = storage
         self._node_id = node_id
         self._member_urls = member_urls
         self._on_gap = on_gap
+        self._on_caught_up = on_caught_up
 
     def serialize(self, file_name: str, data: Any) -> None:
         """pysyncobj's serializer hook: ``data`` is (last entry, previous entry, members)."""
@@ -107,10 +109,11 @@ class SnapshotMarkers:
             )
             if source is not None and marker.get("node") != self._node_id:
                 try:
-                    pull_range(self._storage, source, offset, index)
+                    pulled = pull_range(self._storage, source, offset, index)
                 except (ReplicationError, OSError, ValueError) as exc:
                     gap += f"; pulling the missing range from {source} failed: {exc}"
                 else:
+                    self._on_caught_up(pulled)
                     return
             self._on_gap(
                 gap + ": entries are missing here, so this node applies nothing more and "

@@ -16,6 +16,7 @@ from pathlib import Path
 PACKAGES = ("node", "raft", "http_api", "replication", "spark_tools")
 OUTER = ("raft", "http_api", "replication", "spark_tools")
 COMPOSITION_ROOT = {
+    "node.cli_snapshot",
     "node.cli",
     "node.cli_client",
     "node.cli_server",

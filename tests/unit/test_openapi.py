@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from aiohttp import web
@@ -24,7 +24,9 @@ from node.compaction import CompactionResult
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.kv_service import Consistency, ScanPage
 from node.lmdb_store import StoredValue
+from node.record import Record
 from node.results import CommandResult
+from node.snapshot_file import SnapshotHeader
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
@@ -79,6 +81,31 @@ class NoService:
     def log_chunks(
         self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
     ) -> Iterator[bytes]:
+        raise AssertionError("not served")
+
+    @property
+    def applied_offset(self) -> int:
+        raise AssertionError("not served")
+
+    @property
+    def watch_keepalive(self) -> float:
+        raise AssertionError("not served")
+
+    def unreadable_reason(self) -> str | None:
+        raise AssertionError("not served")
+
+    def changes(
+        self,
+        prefix: bytes,
+        from_offset: int,
+        to_offset: int,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = 1024 * 1024,
+    ) -> tuple[list[Record], int]:
+        raise AssertionError("not served")
+
+    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
         raise AssertionError("not served")
 
     def status(self) -> dict[str, Any]:

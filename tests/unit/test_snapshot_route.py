@@ -1,0 +1,144 @@
+"""GET /v1/snapshot served by the real app around a real KvService on real storage
+(raft replaced by a stand-in): the body, its headers, refusals, one export at a time.
+
+tests/cluster/test_snapshot_api.py covers it against real node processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from collections.abc import AsyncIterator
+from typing import BinaryIO, cast
+
+import pytest
+import pytest_asyncio
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+
+from http_api.app import build_app
+from node.commands import Batch, Put, encode_entry
+from node.compaction import CompactionPolicy
+from node.compactor import CompactionTriggers, Compactor
+from node.kv_service import ConsensusLog, KvService
+from node.recovery import NodeStorage
+from node.snapshot_file import SnapshotHeader, SnapshotReader
+
+
+class StandInRaft:
+    stalled: str | None = None
+
+    def stalled_reason(self) -> str | None:
+        return self.stalled
+
+
+async def run_here(fn: object) -> None:
+    raise AssertionError("not used")
+
+
+class GatedService(KvService):
+    """Its export waits for ``gate`` once ``hold`` is set."""
+
+    hold = False
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
+        if self.hold:
+            self.entered.set()
+            assert self.gate.wait(10)
+        return super().export_snapshot_file()
+
+
+@pytest_asyncio.fixture
+async def served(storage: NodeStorage) -> AsyncIterator[tuple[TestServer, GatedService]]:
+    for index in (1, 2):
+        commands = tuple(Put(b"k%d-%d" % (index, i), b"v" * i) for i in range(50))
+        storage.state_machine.apply(index, encode_entry(Batch(commands, 7)))
+    compactor = Compactor(
+        storage.commit_log,
+        storage.store,
+        policy=CompactionPolicy(tombstone_retention_ms=1000),
+        triggers=CompactionTriggers(interval_seconds=300, min_closed_bytes=1 << 30),
+        segment_bytes=4096,
+        on_apply_thread=run_here,
+    )
+    service = GatedService(
+        cast(ConsensusLog, StandInRaft()),
+        storage.store,
+        1024 * 1024,
+        compactor=compactor,
+        log=storage.commit_log,
+    )
+    server = TestServer(build_app(service))
+    await server.start_server()
+    try:
+        yield server, service
+    finally:
+        service.gate.set()
+        await server.close()
+
+
+@pytest.mark.asyncio
+async def test_the_snapshot_is_served_whole_with_its_headers(
+    served: tuple[TestServer, GatedService], storage: NodeStorage
+) -> None:
+    server, _ = served
+    async with ClientSession() as session, session.get(server.make_url("/v1/snapshot")) as r:
+        assert r.status == 200
+        body = await r.read()
+        headers = r.headers
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert int(headers["Content-Length"]) == len(body)
+    assert headers["Rkv-Snapshot-Index"] == "2"
+    assert headers["Rkv-Snapshot-Offset"] == str(storage.store.applied_offset) == "100"
+    reader = SnapshotReader(io.BytesIO(body), "response")
+    records = [record for record, _ in reader.records()]
+    assert len(records) == reader.header.record_count == 100
+    assert reader.header.applied_index == 2
+
+
+@pytest.mark.asyncio
+async def test_a_stalled_node_exports_nothing(
+    served: tuple[TestServer, GatedService],
+) -> None:
+    server, service = served
+    cast(StandInRaft, service._consensus).stalled = "entries are missing"
+    async with ClientSession() as session, session.get(server.make_url("/v1/snapshot")) as r:
+        assert r.status == 503
+        body = await r.json()
+    assert body["code"] == "node_not_ready" and "entries are missing" in body["message"]
+
+
+@pytest.mark.asyncio
+async def test_one_export_at_a_time_and_a_client_that_leaves_frees_the_slot(
+    served: tuple[TestServer, GatedService],
+) -> None:
+    server, service = served
+    service.hold = True
+    service.gate.clear()
+    service.entered.clear()
+    url = server.make_url("/v1/snapshot")
+    async with ClientSession() as session:
+        first = asyncio.create_task(session.get(url))
+        assert await asyncio.to_thread(service.entered.wait, 5)
+        async with session.get(url) as second:
+            assert second.status == 503
+            assert second.headers["Retry-After"] == "5"
+            assert (await second.json())["code"] == "overloaded"
+        first.cancel()  # the client leaves while the export runs
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await asyncio.sleep(0.1)
+        async with session.get(url) as third:  # the export still runs: still busy
+            assert third.status == 503
+        service.hold = False
+        service.gate.set()
+        for _ in range(100):
+            async with session.get(url) as again:
+                if again.status == 200:
+                    assert len(await again.read()) > 0
+                    return
+            await asyncio.sleep(0.05)
+    raise AssertionError("the slot was never freed")

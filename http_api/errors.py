@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from node.errors import (
+    Conflict,
     InvalidRequest,
     KeyNotFound,
     NodeNotReady,
@@ -34,6 +35,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (InvalidRequest, 400),
     (KeyNotFound, 404),
     (VersionConflict, 412),
+    (Conflict, 409),
     (PayloadTooLarge, 413),
     (NotLeader, 307),
     (Overloaded, 503),

@@ -17,9 +17,11 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     text = {
-        307: "Not the leader (consistency=leader): Location names the leader",
+        307: "Not the leader (consistency=leader, membership changes): Location names the leader",
         400: "Invalid request (bad key, parameter or body)",
-        404: "No such key",
+        404: "No such key (or member)",
+        409: "Conflict: membership_change_in_progress, member_exists, address_in_use, "
+        "last_member or member_is_leader",
         412: "Precondition failed: body has current_version",
         413: "Value or body too large",
         503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
@@ -317,6 +319,60 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/cluster/members": {
+                "get": {
+                    "summary": "The voting members this node knows (id, raft address, URL)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "members": {
+                                        "type": "array",
+                                        "items": {"$ref": "#/components/schemas/Member"},
+                                    }
+                                },
+                            },
+                            "Members",
+                        )
+                    },
+                },
+                "post": {
+                    "summary": "Add a voting member (on the leader; one change at a time)",
+                    "description": "Records the member in the replicated directory, then "
+                    "adds its raft address to the cluster and waits for the change to "
+                    "commit. Adding a member that already exists with the same raft "
+                    "address changes nothing (added: false).",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Member"}}
+                        },
+                    },
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/MemberChange"}, "Added"),
+                        **_errors(307, 400, 409, 503),
+                    },
+                },
+            },
+            "/v1/cluster/members/{id}": {
+                "delete": {
+                    "summary": "Remove a voting member (on the leader; one change at a time)",
+                    "parameters": [
+                        {
+                            "name": "id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                            "description": "The member's id.",
+                        }
+                    ],
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/MemberChange"}, "Removed"),
+                        **_errors(307, 404, 409, 503),
+                    },
+                }
+            },
             "/v1/openapi.json": {
                 "get": {
                     "summary": "This document",
@@ -417,6 +473,23 @@ def openapi_document() -> dict[str, Any]:
                     "type": "object",
                     "required": ["error"],
                     "properties": {"error": _ERROR},
+                },
+                "Member": {
+                    "type": "object",
+                    "required": ["id", "raft_address", "url"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "raft_address": {"type": "string", "description": "HOST:PORT"},
+                        "url": {"type": "string", "description": "HTTP base URL"},
+                    },
+                },
+                "MemberChange": {
+                    "type": "object",
+                    "properties": {
+                        "added": {"type": "boolean"},
+                        "removed": {"type": "boolean"},
+                        "member": {"$ref": "#/components/schemas/Member"},
+                    },
                 },
                 "TxnResult": {
                     "type": "object",

@@ -1,4 +1,5 @@
-"""Node endpoints: /v1/status, /healthz, /readyz, /v1/openapi.json, /v1/admin/compact."""
+"""Node endpoints: /v1/status, /healthz, /readyz, /v1/openapi.json, /v1/admin/compact,
+and membership: /v1/cluster/members (GET, POST) and /v1/cluster/members/{id} (DELETE)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from aiohttp import web
 from http_api.errors import json_response
 from http_api.kv_api import KvApi
 from http_api.openapi import openapi_document
+from node.errors import InvalidRequest
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
@@ -29,7 +31,30 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def openapi(request: web.Request) -> web.Response:
         return json_response(openapi_document())
 
+    async def members(request: web.Request) -> web.Response:
+        return json_response({"members": request.app[service_key].members()})
+
+    async def add_member(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise InvalidRequest('the body must be JSON: {"id", "raft_address", "url"}') from None
+        if not isinstance(body, dict):
+            raise InvalidRequest('the body must be a JSON object: {"id", "raft_address", "url"}')
+        fields = [body.get(name) for name in ("id", "raft_address", "url")]
+        if not all(isinstance(f, str) for f in fields):
+            raise InvalidRequest('the body needs string fields "id", "raft_address" and "url"')
+        result = await request.app[service_key].add_member(*map(str, fields))
+        return json_response(result)
+
+    async def remove_member(request: web.Request) -> web.Response:
+        result = await request.app[service_key].remove_member(request.match_info["id"])
+        return json_response(result)
+
     app.router.add_route("GET", "/v1/status", status)
+    app.router.add_route("GET", "/v1/cluster/members", members)
+    app.router.add_route("POST", "/v1/cluster/members", add_member)
+    app.router.add_route("DELETE", "/v1/cluster/members/{id}", remove_member)
     app.router.add_route("GET", "/healthz", healthz)
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/v1/openapi.json", openapi)

@@ -135,6 +135,39 @@ def _add_client_commands(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="the raw /v1/status of one node")
 
 
+def _add_cluster_commands(sub: Any) -> None:
+    cluster = sub.add_parser(
+        "cluster",
+        help="list, add or remove voting members (one change at a time)",
+        epilog="exit status: 0 ok, 1 refused by the server (unknown id, change in "
+        "progress, last member), 2 usage error, 3 cluster unreachable or unable to serve",
+    )
+    actions = cluster.add_subparsers(dest="cluster_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--url",
+        action="append",
+        metavar="URL",
+        help=f"a node URL; repeat it or separate URLs with commas "
+        f"(default: ${URL_ENV} or {DEFAULT_URL}); changes are sent on to the leader",
+    )
+    common.add_argument(
+        "--timeout", type=_positive_float, default=30.0, help="seconds per request (default 30)"
+    )
+    common.add_argument("--json", action="store_true", help="print the raw answer")
+    actions.add_parser("members", parents=[common], help="the voting members")
+    add = actions.add_parser(
+        "add",
+        parents=[common],
+        help="add a member (its node must be running: rkv node --join does this itself)",
+    )
+    add.add_argument("id")
+    add.add_argument("raft_address", metavar="RAFT_HOST:PORT")
+    add.add_argument("member_url", metavar="HTTP_URL")
+    remove = actions.add_parser("remove", parents=[common], help="remove a member by id")
+    remove.add_argument("id")
+
+
 def _add_snapshot_commands(sub: Any) -> None:
     snapshot = sub.add_parser("snapshot", help="save a node's consistent export, or restore one")
     actions = snapshot.add_subparsers(dest="snapshot_command", required=True)
@@ -186,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="open and recover a data directory, print its state")
     check.add_argument("--data-dir", type=Path, required=True)
     _add_client_commands(sub)
+    _add_cluster_commands(sub)
     _add_snapshot_commands(sub)
     return parser
 
@@ -198,6 +232,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from node.cli_server import run  # noqa: PLC0415
     elif args.command == "snapshot":
         run = _run_snapshot
+    elif args.command == "cluster":
+        from node.cli_client import run_cluster as run  # noqa: PLC0415
     else:
         from node.cli_client import run  # noqa: PLC0415
     return run(args)

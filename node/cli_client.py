@@ -1,6 +1,7 @@
-"""The `rkv` client commands: put, get, delete, scan, txn and status
-(composition root). They use the blocking :class:`http_api.client.RkvClient`
-and never import the server stack.
+"""The `rkv` client commands: put, get, delete, scan, txn, status and
+cluster members/add/remove (composition root). They use the blocking
+:class:`http_api.client.RkvClient` (cluster: plain urllib) and never import
+the server stack.
 
 Exit status: 0 ok, 1 refused by the server (not found, conflict, invalid),
 2 usage error, 3 cluster unreachable or unable to serve.
@@ -15,6 +16,7 @@ import logging
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -208,6 +210,82 @@ def _client_cmd_compact(client: RkvClient, args: argparse.Namespace) -> int:
             )
     if args.json:
         print(json.dumps(results, indent=2))
+    return 0
+
+
+def _cluster_request(
+    urls: list[str], method: str, path: str, body: Any, timeout: float
+) -> tuple[int, Any]:
+    """One request to the first node that answers, following 307s to the leader by
+    hand (urllib follows none for POST or DELETE). Returns (status, JSON answer);
+    status 0: no node answered."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    data = None if body is None else json.dumps(body).encode()
+    last: Any = {"message": "no URL given"}
+    for base in urls:
+        target = f"{base}{path}"
+        for _ in range(5):  # redirects
+            request = urllib.request.Request(
+                target, data=data, method=method, headers={"Content-Type": "application/json"}
+            )
+            try:
+                with opener.open(request, timeout=timeout) as response:
+                    return response.status, json.load(response)
+            except urllib.error.HTTPError as exc:
+                try:
+                    answer = json.loads(exc.read() or b"{}")
+                except ValueError:
+                    answer = {"code": f"http_{exc.code}", "message": exc.reason}
+                location = exc.headers.get("Location")
+                if exc.code == 307 and location:
+                    target = location
+                    continue
+                return exc.code, answer
+            except OSError as exc:
+                last = {"code": "unreachable", "message": f"{base}: {exc}"}
+                break
+    return 0, last
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    """rkv cluster members | add | remove."""
+    action: str = args.cluster_command
+    try:
+        urls = parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL])
+    except ValueError as exc:
+        print(f"rkv cluster {action}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if action == "members":
+        status, answer = _cluster_request(urls, "GET", "/v1/cluster/members", None, args.timeout)
+    elif action == "add":
+        body = {"id": args.id, "raft_address": args.raft_address, "url": args.member_url}
+        status, answer = _cluster_request(urls, "POST", "/v1/cluster/members", body, args.timeout)
+    else:
+        path = "/v1/cluster/members/" + urllib.parse.quote(args.id, safe="")
+        status, answer = _cluster_request(urls, "DELETE", path, None, args.timeout)
+    if status != 200:
+        answer = answer if isinstance(answer, dict) else {}
+        print(
+            f"rkv cluster {action}: {answer.get('message', 'failed')} "
+            f"[{answer.get('code', status)}]",
+            file=sys.stderr,
+        )
+        return EXIT_UNREACHABLE if status == 0 or status >= 500 else EXIT_REFUSED
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    elif action == "members":
+        for member in answer.get("members", []):
+            print(f"{member['id']}\t{member['raft_address']}\t{member['url']}")
+    else:
+        member = answer.get("member") or {}
+        done = "added" if action == "add" else "removed"
+        changed = answer.get("added", answer.get("removed"))
+        print(f"{member.get('id')} {done if changed else 'was already a member'}")
     return 0
 
 

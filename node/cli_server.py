@@ -14,6 +14,7 @@ from pathlib import Path
 
 from node.cluster_runner import RAFT_PORT_OFFSET, run_cluster
 from node.errors import ConfigError
+from node.join import discover
 from node.recovery import open_storage
 from node.server import run_node
 from node.settings import node_config
@@ -38,11 +39,23 @@ def _cmd_up(args: argparse.Namespace) -> int:
 def _cmd_node(args: argparse.Namespace) -> int:
     try:
         config = node_config(args)
+        discovery = None
+        if config.join_url is not None:
+            # The running cluster's members become this node's peers.
+            discovery = discover(config.join_url)
+            me = config.raft.self_member
+            peers = [
+                f"{m.node_id},{m.raft_address},{m.http_url}"
+                for m in discovery.members
+                if m.node_id != me.node_id and m.raft_address != me.raft_address
+            ]
+            args.peers = peers or None
+            config = node_config(args)
     except ConfigError as exc:
         print(f"rkv node: {exc}", file=sys.stderr)
         return 2
     logging.getLogger().setLevel(config.log_level)
-    run_node(config)
+    run_node(config, discovery)
     return 0
 
 

@@ -10,6 +10,8 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_DELETE, key, expected_version | nil]
             | [TAG_BARRIER]
             | [TAG_TXN, [compare, ...], [op, ...] (success), [op, ...] (failure)]
+            | [TAG_SET_MEMBER, node_id, raft_address, http_url]
+            | [TAG_REMOVE_MEMBER, node_id]
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
 
@@ -55,6 +57,9 @@ TAG_PUT = 1
 TAG_DELETE = 2
 TAG_BARRIER = 3
 TAG_TXN = 4
+# Member directory records (only a node proposes them, never a client).
+TAG_SET_MEMBER = 5
+TAG_REMOVE_MEMBER = 6
 
 # Op tags inside a txn (their own numbering; equally never renumbered).
 TXN_OP_PUT = 1
@@ -135,7 +140,21 @@ class Txn(NamedTuple):
         return len(self.compares) + len(self.success) + len(self.failure)
 
 
-Command = Put | Delete | Barrier | Txn
+class SetMember(NamedTuple):
+    """Record a member in the replicated directory (\\x00rkv/members/<id> -> JSON)."""
+
+    node_id: str
+    raft_address: str
+    http_url: str
+
+
+class RemoveMember(NamedTuple):
+    """Remove a member's directory record (no-op if absent)."""
+
+    node_id: str
+
+
+Command = Put | Delete | Barrier | Txn | SetMember | RemoveMember
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +212,17 @@ def _encode_command(command: Command) -> list[Any]:
             [_encode_op(op) for op in command.success],
             [_encode_op(op) for op in command.failure],
         ]
+    if isinstance(command, SetMember):
+        return [TAG_SET_MEMBER, command.node_id, command.raft_address, command.http_url]
+    if isinstance(command, RemoveMember):
+        return [TAG_REMOVE_MEMBER, command.node_id]
     return [TAG_BARRIER]
+
+
+def _str(value: Any, what: str) -> str:
+    if type(value) is not str or not value:
+        raise EntryDecodeError(f"{what} must be a non-empty string, not {value!r:.80}")
+    return value
 
 
 def encode_entry(batch: Batch) -> bytes:
@@ -276,6 +305,12 @@ def _decode_command(raw: Any) -> Command:
         return Barrier()
     if tag == TAG_TXN and len(raw) == 4:
         return _decode_txn(raw)
+    if tag == TAG_SET_MEMBER and len(raw) == 4:
+        return SetMember(
+            _str(raw[1], "member id"), _str(raw[2], "raft address"), _str(raw[3], "member URL")
+        )
+    if tag == TAG_REMOVE_MEMBER and len(raw) == 2:
+        return RemoveMember(_str(raw[1], "member id"))
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")
 
 

@@ -127,6 +127,12 @@ class VersionConflict(RequestError):
         self.current_version = current_version
 
 
+class Conflict(RequestError):
+    """The request conflicts with the cluster's state (a membership change in progress...)."""
+
+    code = "conflict"
+
+
 class NotLeader(RequestError):
     code = "not_leader"
 

@@ -9,6 +9,8 @@ read nor write it.
 from __future__ import annotations
 
 RESERVED_PREFIX = b"\x00rkv/"
+MEMBERS_PREFIX = RESERVED_PREFIX + b"members/"
+"""The replicated member directory: MEMBERS_PREFIX + id -> JSON {id, raft_address, url}."""
 MIN_KEY_BYTES = 1
 MAX_KEY_BYTES = 4096
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
@@ -26,3 +28,7 @@ def key_length_problem(key: bytes) -> str | None:
 def is_reserved(key: bytes) -> bool:
     """True for keys under the internal prefix, which user commands may not touch."""
     return key.startswith(RESERVED_PREFIX)
+
+
+def member_key(node_id: str) -> bytes:
+    return MEMBERS_PREFIX + node_id.encode()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -81,6 +82,32 @@ class ConsensusLog(Protocol):
     def ready(self) -> bool: ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def member_list(self) -> list[dict[str, str]]:
+        """The voting members: id, raft_address, url."""
+        ...
+
+    async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
+        """On the leader: add a voting member (raises NotLeader, Conflict...)."""
+        ...
+
+    async def remove_member(self, node_id: str) -> dict[str, Any]:
+        """On the leader: remove a voting member (raises NotLeader, KeyNotFound, Conflict)."""
+        ...
+
+
+def member_problem(node_id: Any, raft_address: Any, url: Any) -> str | None:
+    """Why a member description is unacceptable, or None."""
+    if not isinstance(node_id, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", node_id):
+        return "id must be 1-64 characters of letters, digits, '_', '.' or '-'"
+    if not isinstance(raft_address, str):
+        return "raft_address must be HOST:PORT"
+    host, sep, port = raft_address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"raft_address must be HOST:PORT, not {raft_address!r:.100}"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "," in url:
+        return f"url must be an http:// or https:// URL, not {url!r:.100}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +369,21 @@ class KvService:
         status["applied_index"] = self._store.applied_index
         status["compaction"] = self._compactor.status()
         return status
+
+    # -- membership -----------------------------------------------------------------
+
+    def members(self) -> list[dict[str, str]]:
+        return self._consensus.member_list()
+
+    async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
+        """Validate, then add a voting member through the leader's raft."""
+        problem = member_problem(node_id, raft_address, url)
+        if problem is not None:
+            raise InvalidRequest(problem)
+        return await self._consensus.add_member(node_id, raft_address, url.rstrip("/"))
+
+    async def remove_member(self, node_id: str) -> dict[str, Any]:
+        return await self._consensus.remove_member(node_id)
 
     def ready(self) -> tuple[bool, str]:
         reason = self._consensus.stalled_reason()

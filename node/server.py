@@ -12,6 +12,7 @@ import sys
 
 from http_api.server import HttpServer
 from node.compactor import Compactor
+from node.join import Discovery, Member, announce
 from node.kv_service import KvService
 from node.recovery import open_storage
 from node.settings import NodeConfig
@@ -20,7 +21,9 @@ from raft.consensus import RaftConsensus
 logger = logging.getLogger(__name__)
 
 
-async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
+async def serve(
+    config: NodeConfig, stop: asyncio.Event, discovery: Discovery | None = None
+) -> None:
     storage = open_storage(config.data_dir, config.storage)
     consensus = RaftConsensus(config.raft, storage)
     try:
@@ -66,11 +69,22 @@ async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
             config.raft_address,
             "" if config.secret else " (INSECURE dev mode: no cluster secret)",
         )
+        joining = None
+        if config.join_url is not None and discovery is not None:
+            joining = asyncio.create_task(
+                announce(
+                    config.join_url,
+                    Member(config.node_id, config.raft_address, config.advertise_url),
+                    discovery,
+                )
+            )
         try:
             await stop.wait()
         finally:
             logger.info("node %s stopping", config.node_id)
             background.cancel()
+            if joining is not None:
+                joining.cancel()
             await http.stop()
     finally:
         await consensus.stop()
@@ -78,7 +92,7 @@ async def serve(config: NodeConfig, stop: asyncio.Event) -> None:
         logger.info("node %s stopped", config.node_id)
 
 
-def run_node(config: NodeConfig) -> None:
+def run_node(config: NodeConfig, discovery: Discovery | None = None) -> None:
     # pysyncobj's thread and the event loop share the GIL. With the default 5 ms
     # switch interval a busy loop delays every raft step (receive, commit,
     # apply) by up to 5 ms; 0.5 ms keeps raft responsive under HTTP load.
@@ -89,7 +103,7 @@ def run_node(config: NodeConfig) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(config, stop)
+        await serve(config, stop, discovery)
 
     try:
         import uvloop  # noqa: PLC0415 (optional dependency)

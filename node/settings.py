@@ -40,6 +40,7 @@ class NodeConfig:
     compaction_policy: CompactionPolicy
     compaction_triggers: CompactionTriggers
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
+    join_url: str | None = None
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +57,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         dest="peers",
         metavar="ID,RAFT_HOST:PORT,HTTP_URL",
         help="another member; repeat per member (RKV_PEERS: entries separated by ';')",
+    )
+    add(
+        "--join",
+        metavar="URL",
+        help="join the running cluster a node at URL belongs to: take its members as "
+        "peers, rebuild through raft and add this node as a member (RKV_JOIN)",
     )
     add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
     add(
@@ -169,6 +176,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     )
     peers_text = _value(args, env, "peers") or ""
     peers = tuple(parse_peer(p) for p in peers_text.split(";") if p.strip())
+    join_url = (_value(args, env, "join") or "").rstrip("/") or None
+    if join_url is not None and not join_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--join must be a node's http:// URL, not {join_url!r}")
     secret = _secret(args, env)
     max_value = _positive_int(
         _value(args, env, "max_value_bytes"), "--max-value-bytes", DEFAULT_MAX_VALUE_BYTES
@@ -193,6 +203,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         proposal_timeout=_positive_float(
             _value(args, env, "proposal_timeout"), "--proposal-timeout", 5.0
         ),
+        joining=join_url is not None,
     )
     level = (_value(args, env, "log_level") or "INFO").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -227,4 +238,5 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         policy,
         triggers,
         watch_keepalive=watch_keepalive,
+        join_url=join_url,
     )

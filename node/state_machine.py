@@ -24,6 +24,7 @@ together with the rest of the entry.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 from collections import OrderedDict
 
@@ -34,6 +35,8 @@ from node.commands import (
     CompareTarget,
     Delete,
     Put,
+    RemoveMember,
+    SetMember,
     Txn,
     TxnDelete,
     TxnPut,
@@ -41,7 +44,13 @@ from node.commands import (
 )
 from node.commit_log import CommitLog
 from node.errors import EntryDecodeError
-from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX, is_reserved, key_length_problem
+from node.keyspace import (
+    MAX_KEY_BYTES,
+    RESERVED_PREFIX,
+    is_reserved,
+    key_length_problem,
+    member_key,
+)
 from node.lmdb_store import Change, LmdbStore, ReadView, StoredValue
 from node.record import Record, RecordOp
 from node.replay import replay
@@ -142,6 +151,18 @@ class StateMachine:
                 )
                 results.append(result)
                 continue
+            if isinstance(command, SetMember | RemoveMember):
+                result, offset = self._decide_member(
+                    command,
+                    raft_index=raft_index,
+                    timestamp_ms=batch.timestamp_ms,
+                    offset=offset,
+                    view=view,
+                    pending=pending,
+                    records=records,
+                )
+                results.append(result)
+                continue
             key = command.key
             if (
                 not (0 < len(key) <= MAX_KEY_BYTES)
@@ -185,6 +206,42 @@ class StateMachine:
             results.append(CommandResult(ResultCode.OK, version=offset))
             offset += 1
         return tuple(results), records, list(pending.items())
+
+    @staticmethod
+    def _decide_member(
+        command: SetMember | RemoveMember,
+        *,
+        raft_index: int,
+        timestamp_ms: int,
+        offset: int,
+        view: ReadView,
+        pending: dict[bytes, StoredValue | None],
+        records: list[Record],
+    ) -> tuple[CommandResult, int]:
+        """A member directory record: an ordinary record under the reserved prefix,
+        so replay, compaction and catch-up carry it. Only nodes propose these."""
+        key = member_key(command.node_id)
+        current = pending[key] if key in pending else view.get(key)
+        if isinstance(command, SetMember):
+            value = json.dumps(
+                {
+                    "id": command.node_id,
+                    "raft_address": command.raft_address,
+                    "url": command.http_url,
+                },
+                sort_keys=True,
+            ).encode()
+            create = offset if current is None else current.create_version
+            pending[key] = StoredValue(offset, create, value)
+            records.append(
+                Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, value, create)
+            )
+        else:
+            if current is None:
+                return CommandResult(ResultCode.OK, version=offset - 1), offset
+            pending[key] = None
+            records.append(Record(offset, raft_index, timestamp_ms, RecordOp.DELETE, key))
+        return CommandResult(ResultCode.OK, version=offset), offset + 1
 
     def _decide_txn(
         self,

@@ -42,6 +42,9 @@ class RaftConfig:
     max_entries_in_flight: int = 4
     max_pending_commands: int = 20_000
     proposal_timeout: float = 5.0
+    # Joining a running cluster (rkv node --join): stand for no election until a
+    # leader has been heard from (this node is not a member yet).
+    joining: bool = False
     members: tuple[Member, ...] = field(init=False)
 
     def __post_init__(self) -> None:

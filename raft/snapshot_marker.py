@@ -1,7 +1,7 @@
 """pysyncobj snapshots as small markers instead of pickled state.
 
 When pysyncobj compacts its journal it asks for a "full dump". rkv writes a
-marker instead, after syncing the commit log and LMDB: the raft index and
+marker instead, after syncing the commit log: the raft index and
 offset the state has reached, plus the two journal entries and the member
 list pysyncobj needs back. The state itself is already durable in the commit
 log, so nothing large is ever pickled or sent.
@@ -48,13 +48,13 @@ class SnapshotMarkers:
         self,
         storage: NodeStorage,
         node_id: str,
-        member_urls: dict[str, str],
+        member_url: Callable[[str], str | None],
         on_gap: Callable[[str], None],
         on_caught_up: Callable[[int], None],
     ) -> None:
         self._storage = storage
         self._node_id = node_id
-        self._member_urls = member_urls
+        self._member_url = member_url
         self._on_gap = on_gap
         self._on_caught_up = on_caught_up
 
@@ -62,8 +62,10 @@ class SnapshotMarkers:
         """pysyncobj's serializer hook: ``data`` is (last entry, previous entry, members)."""
         last_entry, prev_entry, cluster = data
         storage = self._storage
+        # The commit log is what makes the state durable; LMDB is rebuilt from it
+        # after a machine crash (node/recovery.py), so it is not synced here: a
+        # full LMDB sync of a large store on this thread would stall heartbeats.
         storage.commit_log.sync()
-        storage.store.sync()
         marker = {
             "format": MARKER_FORMAT,
             "node": self._node_id,
@@ -101,7 +103,7 @@ class SnapshotMarkers:
         store = self._storage.store
         index, offset = int(marker["raft_index"]), int(marker["applied_offset"])
         if offset > store.applied_offset:
-            source = self._member_urls.get(str(marker.get("node")))
+            source = self._member_url(str(marker.get("node")))
             gap = (
                 f"a snapshot from {marker.get('node')} at raft index {index} (offset {offset}) "
                 f"is ahead of this node's state (raft index {store.applied_index}, offset "

@@ -59,6 +59,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         # Set before SyncObj.__init__: its thread may replay the journal at once.
         self._rkv_applier = applier
         self._rkv_synced: tuple[int, int] | None = None
+        self._rkv_timeouts: tuple[float, float] | None = None
         super().__init__(self_address, partner_addresses, conf, transportClass=DurableTransport)
 
     @replicated  # type: ignore[untyped-decorator]
@@ -102,6 +103,33 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self.conf.raftMaxTimeout = never * 2
         self._SyncObj__raftElectionDeadline = pysyncobj_clock() + never
         logger.warning("this node will not stand for election any more")
+
+    def hold_elections(self) -> None:
+        """Do not campaign until :meth:`release_elections` (a node joining a cluster
+        must not disturb it with a raised term before it has been added)."""
+        self._rkv_timeouts = (self.conf.raftMinTimeout, self.conf.raftMaxTimeout)
+        never = 10.0**9
+        self.conf.raftMinTimeout = never
+        self.conf.raftMaxTimeout = never * 2
+        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + never
+
+    def release_elections(self) -> None:
+        timeouts = self._rkv_timeouts
+        if timeouts is None:
+            return
+        self.conf.raftMinTimeout, self.conf.raftMaxTimeout = timeouts
+        self._rkv_timeouts = None
+        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + timeouts[1]
+        logger.info("member of the cluster: this node may stand for election again")
+
+    def cluster_addresses(self) -> list[str]:
+        """The raft addresses of every voting member, this node included."""
+        return [self.selfNode.address, *(node.address for node in self.otherNodes)]
+
+    def membership_change_pending(self) -> bool:
+        """True while a membership change appended by this leader is not yet applied."""
+        pending = getattr(self, "_SyncObj__changeClusterIDx", None)
+        return pending is not None and int(self.raftLastApplied) < int(pending)
 
     def apply_lag(self) -> int:
         """How many entries the leader has committed that this node has not applied."""

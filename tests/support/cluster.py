@@ -253,6 +253,30 @@ class LocalCluster:
             time.sleep(0.1)
         raise TimeoutError(f"no new leader after {timeout}s\n{self.logs()}")
 
+    # -- membership (added for tests/cluster/test_membership.py) ---------------------
+
+    def join_args(self, node: NodeProcess, join_url: str) -> list[str]:
+        """Flags for ``rkv node --join``: no --peer, the cluster at ``join_url`` tells."""
+        return [
+            "--id", node.node_id,
+            "--data-dir", str(node.data_dir),
+            "--listen", f"127.0.0.1:{node.http_port}",
+            "--raft-listen", node.raft_address,
+            "--secret-file", str(self.secret_file),
+            "--join", join_url,
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def add_node(self, node_id: str, join_url: str) -> NodeProcess:
+        """Start a new node with ``--join join_url`` (fresh ports and data directory)."""
+        http_port, raft_port = free_ports(2)
+        data_dir = self.base_dir / node_id
+        node = NodeProcess(node_id, http_port, raft_port, data_dir, [], data_dir / "node.log")
+        node.args = self.join_args(node, join_url)
+        self.nodes.append(node)
+        self.start_node(len(self.nodes) - 1)
+        return node
+
     def node_of(self, node_id: str) -> NodeProcess:
         return next(n for n in self.nodes if n.node_id == node_id)
 

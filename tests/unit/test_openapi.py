@@ -114,6 +114,15 @@ class NoService:
     def ready(self) -> tuple[bool, str]:
         raise NotImplementedError
 
+    def members(self) -> list[dict[str, str]]:
+        raise AssertionError("not served")
+
+    async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
+        raise AssertionError("not served")
+
+    async def remove_member(self, node_id: str) -> dict[str, Any]:
+        raise AssertionError("not served")
+
 
 @pytest.fixture(scope="module")
 def app() -> web.Application:

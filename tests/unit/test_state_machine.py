@@ -68,6 +68,7 @@ class Model:
             if isinstance(c, Txn):
                 out.append(self.txn(c))
                 continue
+            assert isinstance(c, Put | Delete), "the model knows no member commands"
             refused = self.refusal(c.key, c.value if isinstance(c, Put) else b"")
             if refused is not None:
                 out.append(CommandResult(refused))

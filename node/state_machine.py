@@ -23,6 +23,7 @@ together with the rest of the entry.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
@@ -139,21 +140,13 @@ class StateMachine:
             if isinstance(command, Barrier):
                 results.append(CommandResult(ResultCode.OK, version=offset - 1))
                 continue
-            if isinstance(command, Txn):
-                result, offset = self._decide_txn(
-                    command,
-                    raft_index=raft_index,
-                    timestamp_ms=batch.timestamp_ms,
-                    offset=offset,
-                    view=view,
-                    pending=pending,
-                    records=records,
+            if isinstance(command, Txn | SetMember | RemoveMember):
+                decide = (
+                    functools.partial(self._decide_txn, command)
+                    if isinstance(command, Txn)
+                    else functools.partial(self._decide_member, command)
                 )
-                results.append(result)
-                continue
-            if isinstance(command, SetMember | RemoveMember):
-                result, offset = self._decide_member(
-                    command,
+                result, offset = decide(
                     raft_index=raft_index,
                     timestamp_ms=batch.timestamp_ms,
                     offset=offset,

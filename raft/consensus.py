@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import threading
 import time
@@ -28,24 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from pysyncobj import SyncObjConf
-from pysyncobj.config import FAIL_REASON
 
-from node.commands import Command, RemoveMember, SetMember
-from node.errors import (
-    Conflict,
-    KeyNotFound,
-    NotApplied,
-    NotLeader,
-    Overloaded,
-    RequestError,
-    UnknownOutcome,
-)
-from node.keyspace import MEMBERS_PREFIX
+from node.commands import Command
+from node.errors import NotApplied
 from node.recovery import NodeStorage
 from node.results import CommandResult, ResultCode
 from raft.ack_syncer import AckSyncer
 from raft.config import Member, RaftConfig
-from raft.proposer import GroupCommitProposer, Outcome
+from raft.membership import Membership
+from raft.outcomes import outcome
+from raft.proposer import GroupCommitProposer
 from raft.snapshot_marker import SnapshotMarkers
 from raft.syncobj_node import RkvSyncObj
 
@@ -68,8 +59,6 @@ class RaftConsensus:
     def __init__(self, config: RaftConfig, storage: NodeStorage) -> None:
         self._config = config
         self._storage = storage
-        # The static members (flags); the replicated directory adds to them.
-        self._members = {m.raft_address: m for m in config.members}
         self._holding_elections = False
         self._stalled: str | None = None
         self._storage_error: str | None = None
@@ -86,6 +75,9 @@ class RaftConsensus:
             max_entries_in_flight=config.max_entries_in_flight,
             max_pending_commands=config.max_pending_commands,
             proposal_timeout=config.proposal_timeout,
+        )
+        self._membership = Membership(
+            config, storage, lambda: self._syncobj, self.leader_http_url, self.propose
         )
         self._markers = SnapshotMarkers(
             storage,
@@ -262,7 +254,7 @@ class RaftConsensus:
 
     def _deliver(self, acks: list[tuple[int, Any, int]]) -> None:
         for entry_id, result, error in acks:
-            self._proposer.complete(entry_id, _outcome(result, error))
+            self._proposer.complete(entry_id, outcome(result, error))
 
     def _check_can_propose(self) -> None:
         syncobj = self._syncobj
@@ -300,7 +292,7 @@ class RaftConsensus:
             address
         ):
             return None
-        return self._directory().get(address)
+        return self._membership.directory().get(address)
 
     def leader_http_url(self) -> str | None:
         leader = self.leader()
@@ -360,179 +352,22 @@ class RaftConsensus:
             "time": time.time(),
         }
 
-    # -- membership -----------------------------------------------------------------
-
-    def _directory(self) -> dict[str, Member]:
-        """raft address -> member: the static members, then the replicated records
-        (a record replaces a static member with the same id or address)."""
-        directory = dict(self._members)
-        with self._storage.store.reader() as view:
-            items = view.scan(MEMBERS_PREFIX, None, 10_000, include_internal=True)
-        for _, stored in items:
-            try:
-                raw = json.loads(stored.value)
-                member = Member(str(raw["id"]), str(raw["raft_address"]), str(raw["url"]))
-            except (ValueError, KeyError, TypeError):
-                logger.warning("ignoring a malformed member record: %r", stored.value[:200])
-                continue
-            for address, known in list(directory.items()):
-                if known.node_id == member.node_id:
-                    del directory[address]
-            directory[member.raft_address] = member
-        return directory
+    # -- membership (raft/membership.py) ---------------------------------------------
 
     def members(self) -> list[Member]:
         """The voting members raft knows now (this node first), with ids and URLs."""
-        syncobj = self._syncobj
-        directory = self._directory()
-        if syncobj is None:
-            addresses = [m.raft_address for m in self._config.members]
-        else:
-            addresses = syncobj.cluster_addresses()
-        return [directory.get(a) or Member(a, a, "") for a in addresses]
+        return self._membership.members()
 
     def member_url(self, node_id: str) -> str | None:
-        for member in self._directory().values():
-            if member.node_id == node_id:
-                return member.http_url
-        return None
-
-    def _require_leader(self) -> RkvSyncObj:
-        syncobj = self._syncobj
-        if syncobj is None:
-            raise NotApplied("raft is not running")
-        if not syncobj._isLeader():
-            raise NotLeader("membership changes run on the leader", self.leader_http_url())
-        if syncobj.membership_change_pending():
-            raise Conflict(
-                "another membership change is in progress; retry once it is committed",
-                code="membership_change_in_progress",
-            )
-        return syncobj
-
-    async def _membership_call(self, fn: Callable[..., None], address: str) -> int:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[int] = loop.create_future()
-
-        def settle(error: int) -> None:
-            if not done.done():
-                done.set_result(error)
-
-        def callback(result: Any, error: int) -> None:
-            loop.call_soon_threadsafe(settle, int(error))
-
-        fn(address, callback=callback)
-        timeout = 3 * self._config.proposal_timeout
-        try:
-            return await asyncio.wait_for(done, timeout)
-        except TimeoutError:
-            raise UnknownOutcome(
-                f"the membership change was not committed within {timeout:g}s"
-            ) from None
-
-    @staticmethod
-    def _membership_failure(error: int) -> RequestError:
-        if error == FAIL_REASON.REQUEST_DENIED:
-            return Conflict(
-                "raft refused the change: another membership change is in progress",
-                code="membership_change_in_progress",
-            )
-        failure = _outcome(None, error)
-        assert isinstance(failure, RequestError)
-        return failure
-
-    async def _propose_member_record(self, command: SetMember | RemoveMember) -> None:
-        result = await self.propose(command)
-        if not result.ok:
-            raise UnknownOutcome(f"the member record was not written: {result.code.value}")
+        return self._membership.member_url(node_id)
 
     def member_list(self) -> list[dict[str, str]]:
-        return [_member_json(m) for m in self.members()]
+        return self._membership.member_list()
 
     async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
         """Add a voting member (on the leader): record it, then raft's add."""
-        member = Member(node_id, raft_address, url)
-        syncobj = self._require_leader()
-        for known in self.members():
-            if known.node_id == member.node_id and known.raft_address == member.raft_address:
-                if known.http_url != member.http_url:
-                    await self._propose_member_record(
-                        SetMember(member.node_id, member.raft_address, member.http_url)
-                    )
-                return {"added": False, "member": _member_json(member)}
-            if known.node_id == member.node_id:
-                raise Conflict(
-                    f"member {member.node_id} exists with raft address {known.raft_address}; "
-                    "remove it first",
-                    code="member_exists",
-                )
-            if known.raft_address == member.raft_address:
-                raise Conflict(
-                    f"raft address {member.raft_address} belongs to member {known.node_id}",
-                    code="address_in_use",
-                )
-        await self._propose_member_record(
-            SetMember(member.node_id, member.raft_address, member.http_url)
-        )
-        error = await self._membership_call(syncobj.addNodeToCluster, member.raft_address)
-        if error != FAIL_REASON.SUCCESS:
-            failure = self._membership_failure(error)
-            if error == FAIL_REASON.REQUEST_DENIED and member.raft_address not in (
-                syncobj.cluster_addresses()
-            ):
-                with contextlib.suppress(RequestError):
-                    await self._propose_member_record(RemoveMember(member.node_id))
-            raise failure
-        logger.info("member %s (%s) added", member.node_id, member.raft_address)
-        return {"added": True, "member": _member_json(member)}
+        return await self._membership.add_member(node_id, raft_address, url)
 
     async def remove_member(self, node_id: str) -> dict[str, Any]:
         """Remove a voting member (on the leader): raft's remove, then the record."""
-        syncobj = self._require_leader()
-        members = self.members()
-        target = next((m for m in members if m.node_id == node_id), None)
-        if target is None:
-            raise KeyNotFound(f"no member has the id {node_id!r}", code="member_not_found")
-        if len(members) == 1:
-            raise Conflict(
-                f"{node_id} is the last member of the cluster; it cannot be removed",
-                code="last_member",
-            )
-        if target.raft_address == self._config.self_member.raft_address:
-            syncobj.transferLeadership(None, callback=None)
-            raise Conflict(
-                f"{node_id} is the leader: leadership is being transferred to another "
-                "member; retry the request (it will be redirected to the new leader)",
-                code="member_is_leader",
-            )
-        error = await self._membership_call(syncobj.removeNodeFromCluster, target.raft_address)
-        if error != FAIL_REASON.SUCCESS:
-            raise self._membership_failure(error)
-        await self._propose_member_record(RemoveMember(node_id))
-        logger.info("member %s (%s) removed", node_id, target.raft_address)
-        return {"removed": True, "member": _member_json(target)}
-
-
-def _member_json(member: Member) -> dict[str, str]:
-    return {"id": member.node_id, "raft_address": member.raft_address, "url": member.http_url}
-
-
-def _outcome(result: Any, error: int) -> Outcome:
-    if error == FAIL_REASON.SUCCESS:
-        if isinstance(result, tuple):
-            return result
-        return UnknownOutcome("raft applied the entry but returned no results")
-    failure: RequestError
-    if error == FAIL_REASON.QUEUE_FULL:
-        failure = Overloaded("raft's command queue is full")
-    elif error == FAIL_REASON.MISSING_LEADER:
-        failure = NotApplied("no leader is known (an election is in progress or no quorum)")
-    elif error in (FAIL_REASON.DISCARDED, FAIL_REASON.NOT_LEADER):
-        # DISCARDED: another entry was committed at this one's index, so this one
-        # never will be. NOT_LEADER: the node asked never appended it.
-        failure = NotApplied("the leader changed before the write was committed")
-    elif error == FAIL_REASON.REQUEST_DENIED:
-        failure = NotApplied("raft denied the request")
-    else:
-        failure = UnknownOutcome(f"raft reported an unknown outcome (reason {error})")
-    return failure
+        return await self._membership.remove_member(node_id)

@@ -142,7 +142,8 @@ class ReadView:
         self._meta = meta_db
 
     def get(self, key: bytes) -> StoredValue | None:
-        raw = self._txn.get(lmdb_key(key), db=self._data)
+        stored_key = key if len(key) <= LMDB_KEY_LIMIT else lmdb_key(key)  # hot path inline
+        raw = self._txn.get(stored_key, db=self._data)
         return None if raw is None else _decode_value(cast(bytes, raw))
 
     def scan(
@@ -314,13 +315,18 @@ class LmdbStore:
 
     def _put_changes(self, txn: lmdb.Transaction, changes: Sequence[Change]) -> None:
         data = self._data
+        pack = _VALUE_HEADER.pack
         for key, new in changes:
-            if new is None:
-                txn.delete(lmdb_key(key), db=data)
+            if len(key) > LMDB_KEY_LIMIT:
+                if new is None:
+                    txn.delete(lmdb_key(key), db=data)
+                else:
+                    packed = _pack(key, new.version, new.create_version, new.value)
+                    txn.put(lmdb_key(key), packed, db=data)
+            elif new is None:  # the common, short-key case, inlined: the apply hot path
+                txn.delete(key, db=data)
             else:
-                txn.put(
-                    lmdb_key(key), _pack(key, new.version, new.create_version, new.value), db=data
-                )
+                txn.put(key, pack(new.version, new.create_version, 0) + new.value, db=data)
 
     def _put_records(self, txn: lmdb.Transaction, records: Sequence[Record]) -> None:
         data = self._data

@@ -10,7 +10,7 @@ Once every follower has applied the leader's offset, one follower
 is SIGKILLed, its data directory deleted, and it is restarted with the same arguments.
 Timed: from the restart until it answers GET /readyz with 200 AND its applied offset
 (GET /v1/status) reaches the leader's. Reported: the records it pulled (its node.log's
-"caught up: N records pulled ... in S s"), the seconds, keys/s, and its peak RSS
+"caught up: N records (M MB) pulled ... in S s"), the seconds, keys/s, and its peak RSS
 (VmHWM in /proc/<pid>/status at the end). A sample of keys is then read back from the
 rebuilt node with stale reads and must match what was written.
 
@@ -63,7 +63,7 @@ TARGET_S = 60.0
 START_TIMEOUT_S = 60.0
 REBUILD_TIMEOUT_S = 900.0
 PROGRESS_SECONDS = 3.0
-CAUGHT_UP = re.compile(r"caught up: (\d+) records pulled from \S+ in ([\d.]+)s")
+CAUGHT_UP = re.compile(r"caught up: (\d+) records \([\d.]+ MB\) pulled from \S+ in ([\d.]+)s")
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 HEADER = (
     "keys", "load s", "load keys/s", "records pulled", "pull s", "to ready s", "total s",

@@ -37,10 +37,11 @@ def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index
     url = f"{source_url.rstrip('/')}/v1/log?from={from_offset}&to={to_offset}"
     logger.info("catching up: pulling offsets %d..%d from %s", from_offset, to_offset, url)
     decoder = RecordDecoder(source_url, log.max_record_bytes)
-    pulled = 0
+    pulled = received = 0
     started = last_report = time.monotonic()
     with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as response:
         while chunk := response.read(_READ_BYTES):
+            received += len(chunk)
             records: list[Record] = decoder.feed(chunk)
             if not records:
                 continue
@@ -50,12 +51,19 @@ def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index
             now = time.monotonic()
             if now - last_report >= _PROGRESS_SECONDS:
                 last_report = now
+                done = store.applied_offset - from_offset + 1
+                left = to_offset - store.applied_offset
+                eta = left * (now - started) / done if done > 0 else 0.0
                 logger.info(
-                    "catching up: %d records, at offset %d of %d (%.0f records/s)",
+                    "catching up: %d records (%.1f MB), at offset %d of %d "
+                    "(%.0f records/s, %.1f MB/s, ETA %.0fs)",
                     pulled,
+                    received / 1e6,
                     store.applied_offset,
                     to_offset,
                     pulled / (now - started),
+                    received / 1e6 / (now - started),
+                    eta,
                 )
     decoder.finish()
     log.advance_to(to_offset + 1)
@@ -63,8 +71,9 @@ def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index
     store.write([], raft_index, max(store.applied_offset, to_offset))
     store.sync()
     logger.info(
-        "caught up: %d records pulled from %s in %.2fs; now at raft index %d, offset %d",
+        "caught up: %d records (%.1f MB) pulled from %s in %.2fs; now at raft index %d, offset %d",
         pulled,
+        received / 1e6,
         source_url,
         time.monotonic() - started,
         raft_index,

@@ -9,7 +9,8 @@ the state reflects (a follower may be behind the leader).
 The export is first written to a temporary file in the data directory
 (LMDB and file work run in a worker thread, never on the event loop), then
 streamed from it, so a slow download does not hold LMDB's read transaction
-open. One export at a time per node: another request meanwhile gets 503
+open. One export at a time per node: another request waits up to
+``_QUEUE_WAIT_SECONDS`` for the running one to finish, then gets 503
 ``overloaded`` with Retry-After.
 """
 
@@ -25,25 +26,25 @@ from node.errors import Overloaded
 from node.snapshot_file import CONTENT_TYPE, SnapshotHeader
 
 _CHUNK_BYTES = 1024 * 1024
+_QUEUE_WAIT_SECONDS = 10.0
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
-    running = False
+    slot = asyncio.Lock()
 
     def finished(export: asyncio.Future[tuple[SnapshotHeader, BinaryIO]]) -> None:
         """An export whose request went away: close its file, allow the next one."""
-        nonlocal running
-        running = False
+        slot.release()
         if not export.cancelled() and export.exception() is None:
             export.result()[1].close()
 
     async def read_snapshot(request: web.Request) -> web.StreamResponse:
-        nonlocal running
-        if running:
+        try:
+            await asyncio.wait_for(slot.acquire(), _QUEUE_WAIT_SECONDS)
+        except TimeoutError:
             error = Overloaded("a snapshot export is already running on this node")
             error.retry_after = 5.0
-            raise error
-        running = True
+            raise error from None
         kv = request.app[service_key]
         # LMDB and file work in a worker thread. If the client leaves meanwhile, the
         # thread still finishes: its file is closed (and the slot freed) only then.
@@ -54,7 +55,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
             export.add_done_callback(finished)
             raise
         except BaseException:
-            running = False
+            slot.release()
             raise
         try:
             size = await asyncio.to_thread(spool.seek, 0, 2)
@@ -77,6 +78,6 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
             return response
         finally:
             spool.close()
-            running = False
+            slot.release()
 
     app.router.add_route("GET", "/v1/snapshot", read_snapshot)

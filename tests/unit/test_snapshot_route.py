@@ -112,9 +112,33 @@ async def test_a_stalled_node_exports_nothing(
 
 
 @pytest.mark.asyncio
-async def test_one_export_at_a_time_and_a_client_that_leaves_frees_the_slot(
+async def test_a_second_request_waits_for_the_running_export_and_is_then_served(
     served: tuple[TestServer, GatedService],
 ) -> None:
+    server, service = served
+    service.hold = True
+    service.gate.clear()
+    service.entered.clear()
+    url = server.make_url("/v1/snapshot")
+    async with ClientSession() as session:
+        first = asyncio.create_task(session.get(url))
+        assert await asyncio.to_thread(service.entered.wait, 5)
+        second = asyncio.create_task(session.get(url))
+        await asyncio.sleep(0.2)
+        assert not second.done()  # queued behind the running export, not refused
+        service.hold = False
+        service.gate.set()
+        for task in (first, second):
+            async with await task as response:
+                assert response.status == 200
+                assert len(await response.read()) > 0
+
+
+@pytest.mark.asyncio
+async def test_one_export_at_a_time_and_a_client_that_leaves_frees_the_slot(
+    served: tuple[TestServer, GatedService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("http_api.routes_snapshot._QUEUE_WAIT_SECONDS", 0.2)
     server, service = served
     service.hold = True
     service.gate.clear()

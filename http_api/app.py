@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from http_api import routes_kv, routes_log, routes_node, routes_snapshot, routes_watch
+from http_api import (
+    routes_kv,
+    routes_log,
+    routes_node,
+    routes_producers,
+    routes_snapshot,
+    routes_watch,
+    routes_writes,
+)
 from http_api.errors import error_middleware
 from http_api.kv_api import KvApi
 
@@ -22,8 +30,10 @@ def build_app(service: KvApi) -> web.Application:
     )
     app[SERVICE] = service
     routes_kv.add_routes(app, SERVICE)
+    routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
     routes_log.add_routes(app, SERVICE)
     routes_snapshot.add_routes(app, SERVICE)
     routes_watch.add_routes(app, SERVICE)
+    routes_producers.add_routes(app, SERVICE)
     return app

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from node.errors import InvalidRequest
 from node.kv_service import Consistency
+from node.producers import ProducerTag
 
 KV_PATH_PREFIX = "/v1/kv/"
 ENCODINGS = ("base64", "utf-8")
@@ -146,3 +147,41 @@ def expected_version_from_headers(request: web.Request) -> int | None:
     if version is None:
         raise InvalidRequest(f'If-Match must be a version like "42", not {if_match!r}')
     return version
+
+
+PRODUCER_HEADERS = ("Rkv-Producer-Id", "Rkv-Producer-Epoch", "Rkv-Sequence")
+
+
+def producer_from_headers(request: web.Request) -> ProducerTag | None:
+    """Rkv-Producer-Id, Rkv-Producer-Epoch and Rkv-Sequence, all three or none."""
+    texts = [request.headers.get(name) for name in PRODUCER_HEADERS]
+    if all(text is None for text in texts):
+        return None
+    numbers: list[int] = []
+    for name, text in zip(PRODUCER_HEADERS, texts, strict=True):
+        if text is None:
+            raise InvalidRequest(
+                f"{name} is missing: an idempotent write carries "
+                f"{', '.join(PRODUCER_HEADERS)} together",
+                code="invalid_producer_header",
+            )
+        number = parse_uint(text.strip())
+        if number is None:
+            raise InvalidRequest(
+                f"{name} must be an integer in 0..{MAX_VERSION}, not {text!r:.40}",
+                code="invalid_producer_header",
+            )
+        numbers.append(number)
+    return ProducerTag(*numbers)
+
+
+def signed_int_param(params: dict[str, bytes], name: str, default: int) -> int:
+    """A signed 64-bit decimal integer parameter, or ``default`` when absent."""
+    text = text_param(params, name)
+    if text is None:
+        return default
+    digits = text[1:] if text.startswith("-") else text
+    magnitude = parse_uint(digits, 2**63)
+    if magnitude is None or (magnitude == 2**63 and not text.startswith("-")):
+        raise InvalidRequest(f"parameter {name} must be a signed 64-bit integer, not {text!r:.40}")
+    return -magnitude if text.startswith("-") else magnitude

@@ -75,6 +75,8 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
         else:
             body["leader_url"] = error.leader_url
             headers["Location"] = error.leader_url.rstrip("/") + path_qs
+    if error.duplicate:
+        headers["Rkv-Duplicate"] = "true"
     if isinstance(error, Unavailable) and error.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(error.retry_after)))
     return json_response(body, status, **headers)

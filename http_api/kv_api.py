@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, BinaryIO, Protocol
 
-from node.commands import Command
+from node.commands import Command, Txn
 from node.compaction import CompactionResult
 from node.kv_service import Consistency, ScanPage
 from node.lmdb_store import StoredValue
+from node.producers import ProducerTag
 from node.record import Record
 from node.results import CommandResult
 from node.snapshot_file import SnapshotHeader
@@ -22,9 +23,29 @@ class KvApi(Protocol):
 
     def check_value(self, value: bytes) -> None: ...
 
-    async def put(self, key: bytes, value: bytes, expected_version: int | None = None) -> int: ...
+    async def put(
+        self,
+        key: bytes,
+        value: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+    ) -> CommandResult: ...
 
-    async def delete(self, key: bytes, expected_version: int | None = None) -> int: ...
+    async def delete(
+        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+    ) -> CommandResult: ...
+
+    async def incr(
+        self, key: bytes, by: int, producer: ProducerTag | None = None
+    ) -> CommandResult: ...
+
+    async def append(
+        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+    ) -> CommandResult: ...
+
+    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult: ...
+
+    async def init_producer(self, transactional_id: str | None) -> CommandResult: ...
 
     async def execute(self, command: Command) -> CommandResult: ...
 

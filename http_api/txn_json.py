@@ -4,12 +4,15 @@ Request::
 
     {"compare": [{"key": K, "version": N} | {"key": K, "value": V} | {"key": K, "exists": B}],
      "success": [{"op": "put", "key": K, "value": V} | {"op": "delete", "key": K}
-                 | {"op": "get", "key": K}],
+                 | {"op": "get", "key": K} | {"op": "incr", "key": K, "by": N}
+                 | {"op": "append", "key": K, "value": V}],
      "failure": [...same ops...]}
 
 Keys and values are base64 unless ``?encoding=utf-8``. A version compare of 0
 means "does not exist". The whole transaction is one raft entry: atomic on
-every replica.
+every replica. An incr or append that fails (not an integer, overflow, too
+large) fails the whole transaction with 409/413 and no effect. A transaction
+holds at most MAX_TXN_OPS compares and ops together.
 """
 
 from __future__ import annotations
@@ -18,9 +21,22 @@ from typing import Any
 
 from http_api.encoding import MAX_VERSION, decode_bytes, encode_bytes
 from http_api.kv_api import KvApi
-from node.commands import MAX_TXN_OPS, Compare, CompareTarget, Txn, TxnDelete, TxnGet, TxnOp, TxnPut
-from node.errors import InvalidRequest, PayloadTooLarge, RequestError, UnknownOutcome
-from node.results import CommandResult, ResultCode
+from node.commands import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_TXN_OPS,
+    Compare,
+    CompareTarget,
+    Txn,
+    TxnAppend,
+    TxnDelete,
+    TxnGet,
+    TxnIncr,
+    TxnOp,
+    TxnPut,
+)
+from node.errors import InvalidRequest, PayloadTooLarge
+from node.results import CommandResult
 
 _COMPARE_FIELDS = {
     "version": CompareTarget.VERSION,
@@ -75,7 +91,18 @@ def _op(item: Any, encoding: str, kv: KvApi, where: str) -> TxnOp:
         return TxnDelete(key)
     if kind == "get":
         return TxnGet(key)
-    raise InvalidRequest(f"{where}.op must be put, delete or get, not {kind!r}")
+    if kind == "incr":
+        by = item.get("by", 1)
+        if type(by) is not int or not INT64_MIN <= by <= INT64_MAX:
+            raise InvalidRequest(f"{where}.by must be a signed 64-bit integer")
+        return TxnIncr(key, by)
+    if kind == "append":
+        if "value" not in item:
+            raise InvalidRequest(f"{where} (append) needs a value")
+        suffix = decode_bytes(item["value"], encoding, f"{where}.value")
+        kv.check_value(suffix)
+        return TxnAppend(key, suffix)
+    raise InvalidRequest(f"{where}.op must be put, delete, get, incr or append, not {kind!r:.40}")
 
 
 def _list(body: dict[str, Any], name: str) -> list[Any]:
@@ -102,24 +129,15 @@ def parse_txn(body: Any, encoding: str, kv: KvApi) -> Txn:
     )
 
 
-def _refusal(result: CommandResult) -> RequestError:
-    if result.code is ResultCode.VALUE_TOO_LARGE or result.code is ResultCode.TXN_TOO_LARGE:
-        return PayloadTooLarge(result.message)
-    if result.code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
-        return InvalidRequest(result.message, code=result.code.value)
-    return UnknownOutcome(
-        f"the transaction was committed but its result is unknown: {result.code.value}"
-    )
-
-
 def render_txn_result(result: CommandResult, encoding: str) -> dict[str, Any]:
-    if result.code is not ResultCode.OK:
-        raise _refusal(result)
+    """The answer to a transaction that ran (KvService.txn raised for any other)."""
     rendered: list[dict[str, Any]] = []
     for op in result.op_results:
         item: dict[str, Any] = {"op": op.op, "key": encode_bytes(op.key, encoding, "key")}
-        if op.op == "put":
+        if op.op in ("put", "append"):
             item.update(version=op.version, create_version=op.create_version)
+        elif op.op == "incr":
+            item.update(value=int(op.value), version=op.version, create_version=op.create_version)
         elif op.op == "delete":
             item.update(found=op.found, version=op.version)
         else:

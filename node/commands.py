@@ -12,8 +12,13 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_TXN, [compare, ...], [op, ...] (success), [op, ...] (failure)]
             | [TAG_SET_MEMBER, node_id, raft_address, http_url]
             | [TAG_REMOVE_MEMBER, node_id]
+            | [TAG_INCR, key, by] | [TAG_APPEND, key, suffix]
+            | [TAG_INIT_PRODUCER, transactional_id | nil, expiry_ms]
+            | [TAG_PRODUCED, producer_id, epoch, sequence, command]
+            | [TAG_EXPIRE_PRODUCERS]
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
+            | [4, key, by] (incr) | [5, key, suffix] (append)
 
 Commands are NamedTuples rather than frozen dataclasses: a batch of 1000 puts
 builds 1000 of them per entry, and a NamedTuple costs a fifth as much.
@@ -36,6 +41,12 @@ answers it alone with ``txn_too_large``.
 NamedTuples compare as plain tuples: ``TxnDelete(k) == TxnGet(k)`` is True.
 Dispatch on the type (as the encoder and the state machine do), never on
 equality.
+
+Counters: :class:`Incr` and :class:`Append` are read-modify-write commands
+decided at apply time, so a retry that applies twice is visible (the counter
+over-counts); :class:`Produced` wraps a client write with its idempotent
+producer's id, epoch and sequence so that a retry never applies twice
+(node/producers.py has the rules). Integers are signed 64-bit.
 
 Tags and the format byte are part of the on-disk raft journal: never reuse or
 renumber them; add new tags instead.
@@ -60,11 +71,21 @@ TAG_TXN = 4
 # Member directory records (only a node proposes them, never a client).
 TAG_SET_MEMBER = 5
 TAG_REMOVE_MEMBER = 6
+TAG_INCR = 7
+TAG_APPEND = 8
+TAG_INIT_PRODUCER = 9
+TAG_PRODUCED = 10
+TAG_EXPIRE_PRODUCERS = 11
 
 # Op tags inside a txn (their own numbering; equally never renumbered).
 TXN_OP_PUT = 1
 TXN_OP_DELETE = 2
 TXN_OP_GET = 3
+TXN_OP_INCR = 4
+TXN_OP_APPEND = 5
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
 
 MAX_TXN_OPS = 10_000
 """Most compares + success ops + failure ops one txn may hold; above it the state
@@ -124,7 +145,22 @@ class TxnGet(NamedTuple):
     key: bytes
 
 
-TxnOp = TxnPut | TxnDelete | TxnGet
+class TxnIncr(NamedTuple):
+    """Adds ``by`` to the key's integer (an absent key counts as 0); it can fail
+    (not an integer, overflow), which fails the whole txn with no effect."""
+
+    key: bytes
+    by: int
+
+
+class TxnAppend(NamedTuple):
+    """Appends ``suffix`` to the key's value (an absent key counts as empty)."""
+
+    key: bytes
+    suffix: bytes
+
+
+TxnOp = TxnPut | TxnDelete | TxnGet | TxnIncr | TxnAppend
 
 
 class Txn(NamedTuple):
@@ -154,7 +190,59 @@ class RemoveMember(NamedTuple):
     node_id: str
 
 
-Command = Put | Delete | Barrier | Txn | SetMember | RemoveMember
+class Incr(NamedTuple):
+    """Add ``by`` to the signed 64-bit decimal integer stored at ``key`` (absent: 0)."""
+
+    key: bytes
+    by: int
+
+
+class Append(NamedTuple):
+    """Append ``suffix`` to the value at ``key`` (absent: an empty value)."""
+
+    key: bytes
+    suffix: bytes
+
+
+class InitProducer(NamedTuple):
+    """Allocate an idempotent producer, or bump the epoch of the one registered
+    under ``transactional_id`` (fencing its older epoch). ``expiry_ms`` is how long
+    the producer may stay idle; carried in the entry so every replica agrees."""
+
+    transactional_id: str | None
+    expiry_ms: int
+
+
+class ExpireProducers(NamedTuple):
+    """Delete the state of producers idle past their expiry (the leader proposes it
+    now and then; each replica decides with the entry's timestamp)."""
+
+
+ProducibleCommand = Put | Delete | Txn | Incr | Append
+
+
+class Produced(NamedTuple):
+    """``command`` sent by an idempotent producer as its ``sequence``-th write."""
+
+    producer_id: int
+    epoch: int
+    sequence: int
+    command: ProducibleCommand
+
+
+Command = (
+    Put
+    | Delete
+    | Barrier
+    | Txn
+    | SetMember
+    | RemoveMember
+    | Incr
+    | Append
+    | InitProducer
+    | Produced
+    | ExpireProducers
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +285,11 @@ def _encode_op(op: TxnOp) -> list[Any]:
         return [TXN_OP_DELETE, op.key]
     if isinstance(op, TxnGet):
         return [TXN_OP_GET, op.key]
+    if isinstance(op, TxnIncr):
+        _check_int64(op.by)
+        return [TXN_OP_INCR, op.key, op.by]
+    if isinstance(op, TxnAppend):
+        return [TXN_OP_APPEND, op.key, op.suffix]
     raise ValueError(f"not a txn op: {op!r:.120}")
 
 
@@ -216,7 +309,34 @@ def _encode_command(command: Command) -> list[Any]:
         return [TAG_SET_MEMBER, command.node_id, command.raft_address, command.http_url]
     if isinstance(command, RemoveMember):
         return [TAG_REMOVE_MEMBER, command.node_id]
+    if isinstance(command, Incr):
+        _check_int64(command.by)
+        return [TAG_INCR, command.key, command.by]
+    if isinstance(command, Append):
+        return [TAG_APPEND, command.key, command.suffix]
+    if isinstance(command, InitProducer):
+        return [TAG_INIT_PRODUCER, command.transactional_id, command.expiry_ms]
+    if isinstance(command, Produced):
+        if isinstance(command.command, Produced):
+            raise ValueError("a produced command cannot wrap another one")
+        for number in (command.producer_id, command.epoch, command.sequence):
+            if type(number) is not int or not 0 <= number <= INT64_MAX:
+                raise ValueError(f"producer fields must be integers in 0..{INT64_MAX}")
+        return [
+            TAG_PRODUCED,
+            command.producer_id,
+            command.epoch,
+            command.sequence,
+            _encode_command(command.command),
+        ]
+    if isinstance(command, ExpireProducers):
+        return [TAG_EXPIRE_PRODUCERS]
     return [TAG_BARRIER]
+
+
+def _check_int64(number: int) -> None:
+    if type(number) is not int or not INT64_MIN <= number <= INT64_MAX:
+        raise ValueError(f"an increment must be a signed 64-bit integer, not {number!r:.40}")
 
 
 def _str(value: Any, what: str) -> str:
@@ -281,6 +401,10 @@ def _decode_op(raw: Any) -> TxnOp:
         return TxnDelete(_bytes(raw[1], "key"))
     if tag == TXN_OP_GET and len(raw) == 2:
         return TxnGet(_bytes(raw[1], "key"))
+    if tag == TXN_OP_INCR and len(raw) == 3:
+        return TxnIncr(_bytes(raw[1], "key"), _int64(raw[2]))
+    if tag == TXN_OP_APPEND and len(raw) == 3:
+        return TxnAppend(_bytes(raw[1], "key"), _bytes(raw[2], "suffix"))
     raise EntryDecodeError(f"unknown txn op tag {tag!r:.80} with {len(raw)} fields")
 
 
@@ -290,6 +414,27 @@ def _decode_txn(raw: list[Any]) -> Txn:
         tuple(_decode_compare(c) for c in _array(compares, "txn compares")),
         tuple(_decode_op(op) for op in _array(success, "txn success ops")),
         tuple(_decode_op(op) for op in _array(failure, "txn failure ops")),
+    )
+
+
+def _int64(value: Any) -> int:
+    if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
+        raise EntryDecodeError(f"an increment must be a signed 64-bit integer, not {value!r:.40}")
+    return value
+
+
+def _uint(value: Any, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
+        raise EntryDecodeError(f"{what} must be an integer in 0..{INT64_MAX}, not {value!r:.40}")
+    return value
+
+
+def _decode_produced(raw: list[Any]) -> Produced:
+    inner = _decode_command(raw[4])
+    if not isinstance(inner, Put | Delete | Txn | Incr | Append):
+        raise EntryDecodeError(f"a producer cannot send {type(inner).__name__}")
+    return Produced(
+        _uint(raw[1], "producer id"), _uint(raw[2], "epoch"), _uint(raw[3], "sequence"), inner
     )
 
 
@@ -311,6 +456,17 @@ def _decode_command(raw: Any) -> Command:
         )
     if tag == TAG_REMOVE_MEMBER and len(raw) == 2:
         return RemoveMember(_str(raw[1], "member id"))
+    if tag == TAG_INCR and len(raw) == 3:
+        return Incr(_bytes(raw[1], "key"), _int64(raw[2]))
+    if tag == TAG_APPEND and len(raw) == 3:
+        return Append(_bytes(raw[1], "key"), _bytes(raw[2], "suffix"))
+    if tag == TAG_INIT_PRODUCER and len(raw) == 3:
+        tid = None if raw[1] is None else _str(raw[1], "transactional id")
+        return InitProducer(tid, _uint(raw[2], "producer expiry"))
+    if tag == TAG_PRODUCED and len(raw) == 5:
+        return _decode_produced(raw)
+    if tag == TAG_EXPIRE_PRODUCERS and len(raw) == 1:
+        return ExpireProducers()
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")
 
 

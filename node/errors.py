@@ -96,6 +96,8 @@ class RequestError(RkvError):
     """A request could not be served. ``code`` is stable; the message is for people."""
 
     code = "request_error"
+    duplicate = False
+    """Set when this is the remembered outcome of an idempotent producer's retry."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)

@@ -27,11 +27,23 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, cast
 
-from node.commands import Command, Delete, Put
+from node.commands import (
+    Append,
+    Command,
+    Delete,
+    ExpireProducers,
+    Incr,
+    InitProducer,
+    Produced,
+    ProducibleCommand,
+    Put,
+    Txn,
+)
 from node.commit_log import CommitLog
 from node.compaction import CompactionResult
 from node.compactor import Compactor
 from node.errors import (
+    Conflict,
     InvalidRequest,
     KeyNotFound,
     NodeNotReady,
@@ -44,6 +56,7 @@ from node.errors import (
 from node.keyspace import is_reserved, key_length_problem
 from node.lmdb_store import LmdbStore, StoredValue
 from node.log_feed import encoded_records
+from node.producers import DEFAULT_EXPIRY_MS, ProducerTag
 from node.record import Record
 from node.results import CommandResult, ResultCode
 from node.snapshot_file import SnapshotHeader, export_snapshot
@@ -52,6 +65,7 @@ MAX_SCAN_LIMIT = 10_000
 DEFAULT_SCAN_LIMIT = 100
 DEFAULT_WATCH_KEEPALIVE = 10.0
 """Seconds an open change feed (GET /v1/watch) may stay silent before a keep-alive line."""
+MAX_TRANSACTIONAL_ID_BYTES = 255
 
 
 class Consistency(enum.Enum):
@@ -116,16 +130,37 @@ class ScanPage:
     next_after: bytes | None
 
 
+_CONFLICTS = frozenset(
+    {
+        ResultCode.NOT_AN_INTEGER,
+        ResultCode.INTEGER_OVERFLOW,
+        ResultCode.UNKNOWN_PRODUCER,
+        ResultCode.PRODUCER_FENCED,
+        ResultCode.OUT_OF_ORDER_SEQUENCE,
+        ResultCode.DUPLICATE_SEQUENCE_TOO_OLD,
+    }
+)
+
+
+def result_error(result: CommandResult) -> RequestError:
+    """The error a command result that is not OK stands for."""
+    error = _result_error(result)
+    error.duplicate = result.duplicate
+    return error
+
+
 def _result_error(result: CommandResult) -> RequestError:
     code = result.code
     if code is ResultCode.VERSION_CONFLICT:
         return VersionConflict(result.message, result.current_version)
     if code is ResultCode.NOT_FOUND:
         return KeyNotFound(result.message or "no such key")
-    if code is ResultCode.VALUE_TOO_LARGE:
+    if code is ResultCode.VALUE_TOO_LARGE or code is ResultCode.TXN_TOO_LARGE:
         return PayloadTooLarge(result.message)
     if code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
         return InvalidRequest(result.message, code=code.value)
+    if code in _CONFLICTS:
+        return Conflict(result.message, code=code.value)
     # ALREADY_APPLIED, MALFORMED_ENTRY, NODE_STALLED...: the entry is in the log but
     # this node cannot tell what it did.
     return UnknownOutcome(f"the write was committed but its result is unknown: {code.value}")
@@ -142,7 +177,9 @@ class KvService:
         log: CommitLog,
         read_wait_timeout: float = 5.0,
         watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
+        producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
     ) -> None:
+        self._producer_expiry_ms = producer_expiry_ms
         self._watch_keepalive = watch_keepalive
         self._consensus = consensus
         self._store = store
@@ -176,29 +213,84 @@ class KvService:
             raise InvalidRequest(f"{what} must be a non-negative integer")
 
     # -- writes -------------------------------------------------------------------
+    #
+    # Each write may come from an idempotent producer (``producer``: id, epoch,
+    # sequence). It returns the command's OK result, whose ``duplicate`` says the
+    # sequence was applied before (the result is the original one); any other
+    # outcome raises the matching RequestError, with ``duplicate`` set likewise.
 
-    async def put(self, key: bytes, value: bytes, expected_version: int | None = None) -> int:
+    async def put(
+        self,
+        key: bytes,
+        value: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+    ) -> CommandResult:
         """Set ``key``; ``expected_version`` makes it a compare-and-set (0: must not exist)."""
         self.check_key(key)
         self.check_value(value)
         self.check_version(expected_version, "expected version")
-        return self._version_of(await self._consensus.propose(Put(key, value, expected_version)))
+        return await self.write(Put(key, value, expected_version), producer)
 
-    async def delete(self, key: bytes, expected_version: int | None = None) -> int:
-        """Delete ``key``; returns the tombstone's offset. Raises KeyNotFound."""
+    async def delete(
+        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        """Delete ``key``; the result's version is the tombstone's offset. Raises KeyNotFound."""
         self.check_key(key)
         self.check_version(expected_version, "expected version")
-        return self._version_of(await self._consensus.propose(Delete(key, expected_version)))
+        return await self.write(Delete(key, expected_version), producer)
+
+    async def incr(self, key: bytes, by: int, producer: ProducerTag | None = None) -> CommandResult:
+        """Add ``by`` to the integer at ``key``; the result's value is the new one."""
+        self.check_key(key)
+        return await self.write(Incr(key, by), producer)
+
+    async def append(
+        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        """Append ``suffix`` to the value at ``key``; the result's value is the new length."""
+        self.check_key(key)
+        self.check_value(suffix)
+        return await self.write(Append(key, suffix), producer)
+
+    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult:
+        """Run an already validated transaction (http_api/txn_json.py parses one)."""
+        return await self.write(txn, producer)
+
+    async def write(
+        self, command: ProducibleCommand, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        wrapped: Command = command if producer is None else Produced(*producer, command)
+        result = await self._consensus.propose(wrapped)
+        if result.code is ResultCode.OK:
+            return result
+        raise result_error(result)
 
     async def execute(self, command: Command) -> CommandResult:
         """Propose an already validated command and return its raw result."""
         return await self._consensus.propose(command)
 
-    @staticmethod
-    def _version_of(result: CommandResult) -> int:
+    async def init_producer(self, transactional_id: str | None) -> CommandResult:
+        """Allocate a producer, or fence the older epochs of ``transactional_id``'s."""
+        if transactional_id is not None and not (
+            0 < len(transactional_id.encode()) <= MAX_TRANSACTIONAL_ID_BYTES
+        ):
+            raise InvalidRequest(
+                f"transactional_id must be 1 to {MAX_TRANSACTIONAL_ID_BYTES} bytes of UTF-8"
+            )
+        result = await self._consensus.propose(
+            InitProducer(transactional_id, self._producer_expiry_ms)
+        )
         if result.code is ResultCode.OK:
-            return result.version
-        raise _result_error(result)
+            return result
+        raise result_error(result)
+
+    async def expire_producers(self) -> int:
+        """On the leader: drop the state of producers idle past their expiry; how many."""
+        if not self._consensus.is_leader():
+            return 0
+        result = await self._consensus.propose(ExpireProducers())
+        return int(result.value or b"0") if result.code is ResultCode.OK else 0
 
     # -- reads --------------------------------------------------------------------
 

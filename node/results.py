@@ -21,6 +21,13 @@ class ResultCode(enum.Enum):
     MALFORMED_ENTRY = "malformed_entry"
     ALREADY_APPLIED = "already_applied"
     TXN_TOO_LARGE = "txn_too_large"
+    NOT_AN_INTEGER = "not_an_integer"
+    INTEGER_OVERFLOW = "integer_overflow"
+    # Idempotent producers (node/producers.py).
+    UNKNOWN_PRODUCER = "unknown_producer"
+    PRODUCER_FENCED = "producer_fenced"
+    OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+    DUPLICATE_SEQUENCE_TOO_OLD = "duplicate_sequence_too_old"
     # Reported by the raft layer, never by apply: the node is stalled (its state
     # is known to miss entries) and applies nothing.
     NODE_STALLED = "node_stalled"
@@ -36,6 +43,8 @@ class OpResult(NamedTuple):
       tombstone's offset, 0 when there was nothing to delete (no record).
     - ``get``: the key as the txn saw it at that point (after the earlier ops of
       the same branch): ``found``, ``version``, ``create_version``, ``value``.
+    - ``incr``: like ``put``, and ``value`` is the new integer as decimal text.
+    - ``append``: like ``put``; ``value`` is the new length as decimal text.
     """
 
     op: str
@@ -56,6 +65,11 @@ class CommandResult(NamedTuple):
     ``version`` is the offset of its last write, or the last offset assigned
     before it when it wrote nothing. Every other command leaves both fields
     at their defaults; a refused txn (invalid key, too large) has code != OK.
+
+    ``value`` is, for an incr, the new integer and, for an append, the new
+    length, both as decimal text. An init producer sets ``producer_id`` and
+    ``epoch``. ``duplicate`` marks the cached result of an idempotent
+    producer's sequence that was applied before (nothing was applied again).
     """
 
     code: ResultCode
@@ -64,6 +78,10 @@ class CommandResult(NamedTuple):
     message: str = ""
     succeeded: bool = True
     op_results: tuple[OpResult, ...] = ()
+    value: bytes = b""
+    producer_id: int = 0
+    epoch: int = 0
+    duplicate: bool = False
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ import sys
 
 from http_api.server import HttpServer
 from node.compactor import Compactor
+from node.errors import RequestError
 from node.join import Discovery, Member, announce
 from node.kv_service import KvService
 from node.recovery import open_storage
@@ -59,6 +60,10 @@ async def serve(
             compactor=compactor,
             log=storage.commit_log,
             watch_keepalive=config.watch_keepalive,
+            producer_expiry_ms=int(config.producer_expiry_seconds * 1000),
+        )
+        sweeper = asyncio.create_task(
+            sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
         )
         http = HttpServer(service, config.http_host, config.http_port)
         await http.start()
@@ -83,6 +88,7 @@ async def serve(
         finally:
             logger.info("node %s stopping", config.node_id)
             background.cancel()
+            sweeper.cancel()
             if joining is not None:
                 joining.cancel()
             await http.stop()
@@ -90,6 +96,20 @@ async def serve(
         await consensus.stop()
         storage.close()
         logger.info("node %s stopped", config.node_id)
+
+
+async def sweep_producers(service: KvService, interval: float) -> None:
+    """On the leader, now and then: drop the state of producers idle past their expiry
+    (a write from one is refused as unknown_producer before that anyway)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            expired = await service.expire_producers()
+        except RequestError as exc:  # no leader, overloaded...: the next round retries
+            logger.debug("producer expiry sweep skipped: %s", exc)
+            continue
+        if expired:
+            logger.info("expired the state of %d idle producers", expired)
 
 
 def run_node(config: NodeConfig, discovery: Discovery | None = None) -> None:

@@ -17,6 +17,7 @@ from node.compaction import CompactionPolicy
 from node.compactor import CompactionTriggers
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
+from node.producers import DEFAULT_EXPIRY_MS
 from node.storage_config import FsyncPolicy, StorageConfig
 from raft.config import Member, RaftConfig
 
@@ -41,6 +42,7 @@ class NodeConfig:
     compaction_triggers: CompactionTriggers
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
     join_url: str | None = None
+    producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +84,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--compaction-min-bytes",
         help="compact once this many bytes of segments closed since the last run (64 MiB)",
+    )
+    add(
+        "--producer-expiry",
+        help="seconds an idempotent producer may stay idle before its state is dropped "
+        "(RKV_PRODUCER_EXPIRY, 604800 = 7 days)",
     )
     add(
         "--watch-keepalive",
@@ -223,6 +230,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     watch_keepalive = _positive_float(
         _value(args, env, "watch_keepalive"), "--watch-keepalive", DEFAULT_WATCH_KEEPALIVE
     )
+    producer_expiry = _positive_float(
+        _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
+    )
     return NodeConfig(
         node_id,
         data_dir,
@@ -239,4 +249,5 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         triggers,
         watch_keepalive=watch_keepalive,
         join_url=join_url,
+        producer_expiry_seconds=producer_expiry,
     )

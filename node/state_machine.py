@@ -14,49 +14,49 @@ never holds a state the log does not. apply() is deterministic (the timestamp
 comes from the entry, offsets from the log head), idempotent by raft index,
 and returns error results instead of raising for business outcomes.
 
-A :class:`node.commands.Txn` is decided whole before any of it takes effect:
-every key and value is checked first (a bad one refuses the txn with no
-effect), then the compares pick a branch, whose ops can no longer fail. So its
-writes are consecutive records of one batch, appended and written to LMDB
-together with the rest of the entry.
+Plain puts and deletes are decided here, inline (the hot path); every other
+command by :mod:`node.deciders` (txns, counters, members) or
+:mod:`node.producer_apply` (idempotent producers), through the entry's
+:class:`node.entry_writer.EntryWriter`. A txn applies whole or not at all,
+and its writes are consecutive records of one batch, appended and written to
+LMDB together with the rest of the entry. Producers' states are written once
+per entry, after its commands.
 """
 
 from __future__ import annotations
 
-import functools
 import gc
-import json
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import cast
 
 from node.commands import (
-    MAX_TXN_OPS,
+    Append,
     Barrier,
     Batch,
-    CompareTarget,
+    Command,
     Delete,
+    ExpireProducers,
+    Incr,
+    InitProducer,
+    Produced,
     Put,
     RemoveMember,
     SetMember,
     Txn,
-    TxnDelete,
-    TxnPut,
     decode_entry,
 )
 from node.commit_log import CommitLog
+from node.deciders import decide_counter, decide_member, decide_txn, key_refusal, value_refusal
+from node.entry_writer import EntryWriter
 from node.errors import EntryDecodeError
-from node.keyspace import (
-    MAX_KEY_BYTES,
-    RESERVED_PREFIX,
-    is_reserved,
-    key_length_problem,
-    member_key,
-)
+from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
 from node.lmdb_store import Change, LmdbStore, ReadView, StoredValue
+from node.producer_apply import decide_expire, decide_init, decide_produced
 from node.record import Record, RecordOp
 from node.replay import replay
-from node.results import CommandResult, OpResult, ResultCode
+from node.results import CommandResult, ResultCode
 
 logger = logging.getLogger(__name__)
 
@@ -133,32 +133,30 @@ class StateMachine:
     def _decide(
         self, raft_index: int, batch: Batch, view: ReadView
     ) -> tuple[tuple[CommandResult, ...], list[Record], list[Change]]:
-        offset = self._log.next_offset
-        pending: dict[bytes, StoredValue | None] = {}
+        writer = EntryWriter(raft_index, batch.timestamp_ms, self._log.next_offset, view)
+        results = self._decide_commands(writer, batch.commands)
+        if writer.dirty_producers:
+            writer.flush_producers()
+        return tuple(results), writer.records, list(writer.pending.items())
+
+    def _decide_commands(
+        self, writer: EntryWriter, commands: Sequence[Command]
+    ) -> list[CommandResult]:
+        """Plain puts and deletes are decided inline (the hot path: batches of
+        thousands); every other command goes to its decider."""
+        raft_index = writer.raft_index
+        timestamp_ms = writer.timestamp_ms
+        view = writer.view
+        pending = writer.pending
+        records = writer.records
+        offset = writer.offset
         results: list[CommandResult] = []
-        records: list[Record] = []
-        for command in batch.commands:
+        for command in commands:
             kind = type(command)  # exact type tests: the cheapest dispatch on the hot path
-            if kind is Barrier:
-                results.append(CommandResult(ResultCode.OK, version=offset - 1))
-                continue
             if kind is not Put and kind is not Delete:
-                decide = (
-                    functools.partial(self._decide_txn, command)
-                    if isinstance(command, Txn)
-                    else functools.partial(
-                        self._decide_member, cast(SetMember | RemoveMember, command)
-                    )
-                )
-                result, offset = decide(
-                    raft_index=raft_index,
-                    timestamp_ms=batch.timestamp_ms,
-                    offset=offset,
-                    view=view,
-                    pending=pending,
-                    records=records,
-                )
-                results.append(result)
+                writer.offset = offset
+                results.append(self._decide_other(writer, command))
+                offset = writer.offset
                 continue
             command = cast(Put | Delete, command)  # `kind` told: mypy cannot see it
             key = command.key
@@ -186,166 +184,45 @@ class StateMachine:
                 create = offset if current is None else current.create_version
                 pending[key] = StoredValue(offset, create, value)
                 records.append(
-                    Record(
-                        offset,
-                        raft_index,
-                        batch.timestamp_ms,
-                        RecordOp.PUT,
-                        key,
-                        value,
-                        create,
-                    )
+                    Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, value, create)
                 )
             else:
                 if current is None:
                     results.append(CommandResult(ResultCode.NOT_FOUND, message="no such key"))
                     continue
                 pending[key] = None
-                records.append(Record(offset, raft_index, batch.timestamp_ms, RecordOp.DELETE, key))
+                records.append(Record(offset, raft_index, timestamp_ms, RecordOp.DELETE, key))
             results.append(CommandResult(ResultCode.OK, version=offset))
             offset += 1
-        return tuple(results), records, list(pending.items())
+        writer.offset = offset
+        return results
 
-    @staticmethod
-    def _decide_member(
-        command: SetMember | RemoveMember,
-        *,
-        raft_index: int,
-        timestamp_ms: int,
-        offset: int,
-        view: ReadView,
-        pending: dict[bytes, StoredValue | None],
-        records: list[Record],
-    ) -> tuple[CommandResult, int]:
-        """A member directory record: an ordinary record under the reserved prefix,
-        so replay, compaction and catch-up carry it. Only nodes propose these."""
-        key = member_key(command.node_id)
-        current = pending[key] if key in pending else view.get(key)
-        if isinstance(command, SetMember):
-            value = json.dumps(
-                {
-                    "id": command.node_id,
-                    "raft_address": command.raft_address,
-                    "url": command.http_url,
-                },
-                sort_keys=True,
-            ).encode()
-            create = offset if current is None else current.create_version
-            pending[key] = StoredValue(offset, create, value)
-            records.append(
-                Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, value, create)
-            )
-        else:
-            if current is None:
-                return CommandResult(ResultCode.OK, version=offset - 1), offset
-            pending[key] = None
-            records.append(Record(offset, raft_index, timestamp_ms, RecordOp.DELETE, key))
-        return CommandResult(ResultCode.OK, version=offset), offset + 1
+    def _decide_other(self, writer: EntryWriter, command: Command) -> CommandResult:
+        if isinstance(command, Barrier):
+            return CommandResult(ResultCode.OK, version=writer.offset - 1)
+        if isinstance(command, Txn):
+            return decide_txn(writer, command, self._max_value_bytes)
+        if isinstance(command, Incr | Append):
+            return decide_counter(writer, command, self._max_value_bytes)
+        if isinstance(command, Produced):
+            return decide_produced(writer, command, self._decide_one)
+        if isinstance(command, InitProducer):
+            return decide_init(writer, command)
+        if isinstance(command, ExpireProducers):
+            return decide_expire(writer)
+        if isinstance(command, SetMember | RemoveMember):
+            return decide_member(writer, command)
+        if isinstance(command, Put | Delete):
+            return self._decide_one(writer, command)
+        raise AssertionError(f"no decider for {type(command).__name__}")
 
-    def _decide_txn(
-        self,
-        txn: Txn,
-        *,
-        raft_index: int,
-        timestamp_ms: int,
-        offset: int,
-        view: ReadView,
-        pending: dict[bytes, StoredValue | None],
-        records: list[Record],
-    ) -> tuple[CommandResult, int]:
-        """Decide one txn into ``pending`` and ``records``; returns its result and
-        the next free offset. Nothing is touched unless the whole txn is valid,
-        and once it is, no op can fail, so no rollback is ever needed."""
-        if txn.size > MAX_TXN_OPS:
-            message = f"txn has {txn.size} compares and ops; the limit is {MAX_TXN_OPS}"
-            return CommandResult(ResultCode.TXN_TOO_LARGE, message=message), offset
-        refusal = self._txn_refusal(txn)
-        if refusal is not None:
-            return refusal, offset
-        succeeded = True
-        for key, target, expected in txn.compares:
-            current = pending[key] if key in pending else view.get(key)
-            if target is CompareTarget.VERSION:
-                holds = (0 if current is None else current.version) == expected
-            elif target is CompareTarget.VALUE:
-                holds = current is not None and current.value == expected
-            else:
-                holds = (current is not None) == expected
-            if not holds:
-                succeeded = False
-                break
-        op_results: list[OpResult] = []
-        for op in txn.success if succeeded else txn.failure:
-            key = op.key
-            current = pending[key] if key in pending else view.get(key)
-            if isinstance(op, TxnPut):
-                create = offset if current is None else current.create_version
-                pending[key] = StoredValue(offset, create, op.value)
-                records.append(
-                    Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, op.value, create)
-                )
-                op_results.append(OpResult("put", key, True, offset, create))
-                offset += 1
-            elif isinstance(op, TxnDelete):
-                if current is None:
-                    op_results.append(OpResult("delete", key, False, 0))
-                    continue
-                pending[key] = None
-                records.append(Record(offset, raft_index, timestamp_ms, RecordOp.DELETE, key))
-                op_results.append(OpResult("delete", key, True, offset))
-                offset += 1
-            elif current is None:
-                op_results.append(OpResult("get", key, False, 0))
-            else:
-                op_results.append(
-                    OpResult(
-                        "get", key, True, current.version, current.create_version, current.value
-                    )
-                )
-        result = CommandResult(
-            ResultCode.OK, version=offset - 1, succeeded=succeeded, op_results=tuple(op_results)
-        )
-        return result, offset
-
-    def _txn_refusal(self, txn: Txn) -> CommandResult | None:
-        """The first invalid key or value of the txn (compares, then success ops,
-        then failure ops, though only one branch will run), or None."""
-        for where, items in (
-            ("compares", txn.compares),
-            ("success", txn.success),
-            ("failure", txn.failure),
-        ):
-            for i, item in enumerate(items):
-                refusal = self._key_refusal(item.key)
-                if refusal is None and isinstance(item, TxnPut):
-                    refusal = self._value_refusal(item.value)
-                if refusal is not None:
-                    return refusal._replace(message=f"{where}[{i}]: {refusal.message}")
-        return None
+    def _decide_one(self, writer: EntryWriter, command: Command) -> CommandResult:
+        return self._decide_commands(writer, (command,))[0]
 
     def _refusal(self, command: Put | Delete) -> CommandResult:
-        refusal = self._key_refusal(command.key)
+        refusal = key_refusal(command.key)
         if refusal is None and isinstance(command, Put):
-            refusal = self._value_refusal(command.value)
+            refusal = value_refusal(command.value, self._max_value_bytes)
         if refusal is None:
             raise AssertionError(f"no reason to refuse {command!r:.100}")
         return refusal
-
-    @staticmethod
-    def _key_refusal(key: bytes) -> CommandResult | None:
-        if is_reserved(key):
-            return CommandResult(
-                ResultCode.RESERVED_KEY, message="the \\x00rkv/ prefix is internal"
-            )
-        problem = key_length_problem(key)
-        if problem is not None:
-            return CommandResult(ResultCode.INVALID_KEY, message=problem)
-        return None
-
-    def _value_refusal(self, value: bytes) -> CommandResult | None:
-        if len(value) > self._max_value_bytes:
-            return CommandResult(
-                ResultCode.VALUE_TOO_LARGE,
-                message=f"value is {len(value)} bytes; the limit is {self._max_value_bytes}",
-            )
-        return None

@@ -19,11 +19,12 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from http_api.app import build_app
 from http_api.openapi import openapi_document
-from node.commands import Command
+from node.commands import Command, Txn
 from node.compaction import CompactionResult
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.kv_service import Consistency, ScanPage
 from node.lmdb_store import StoredValue
+from node.producers import ProducerTag
 from node.record import Record
 from node.results import CommandResult
 from node.snapshot_file import SnapshotHeader
@@ -44,10 +45,32 @@ class NoService:
     def check_value(self, value: bytes) -> None:
         raise NotImplementedError
 
-    async def put(self, key: bytes, value: bytes, expected_version: int | None = None) -> int:
+    async def put(
+        self,
+        key: bytes,
+        value: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+    ) -> CommandResult:
         raise NotImplementedError
 
-    async def delete(self, key: bytes, expected_version: int | None = None) -> int:
+    async def delete(
+        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        raise NotImplementedError
+
+    async def incr(self, key: bytes, by: int, producer: ProducerTag | None = None) -> CommandResult:
+        raise NotImplementedError
+
+    async def append(
+        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        raise NotImplementedError
+
+    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult:
+        raise NotImplementedError
+
+    async def init_producer(self, transactional_id: str | None) -> CommandResult:
         raise NotImplementedError
 
     async def execute(self, command: Command) -> CommandResult:

@@ -1,0 +1,109 @@
+"""Key-value writes: PUT, POST and DELETE /v1/kv/{key}, and POST /v1/txn.
+
+Each accepts an idempotent producer's headers (http_api/encoding.py:
+producer_from_headers); the answer to a retried sequence is the original one
+with ``Rkv-Duplicate: true``. POST /v1/kv/{key}?op=incr&by=N and ?op=append
+are the read-modify-write operations (keys contain "/", so the operation is a
+parameter, never a path suffix).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from http_api.encoding import (
+    encode_bytes,
+    encoding_param,
+    expected_version_from_headers,
+    key_from_path,
+    producer_from_headers,
+    raw_query,
+    signed_int_param,
+    text_param,
+)
+from http_api.errors import json_response
+from http_api.kv_api import KvApi
+from http_api.routes_kv import KEY_PATH
+from http_api.txn_json import parse_txn, render_txn_result
+from node.errors import InvalidRequest, PayloadTooLarge
+from node.results import CommandResult
+
+
+def written(body: dict[str, Any], result: CommandResult) -> web.Response:
+    """A write's answer; a producer's retried sequence says it is a duplicate."""
+    if result.duplicate:
+        return json_response(body, 200, **{"Rkv-Duplicate": "true"})
+    return json_response(body)
+
+
+async def _read_value(request: web.Request, kv: KvApi) -> bytes:
+    if request.content_length is not None and request.content_length > kv.max_value_bytes:
+        raise PayloadTooLarge(
+            f"value is {request.content_length} bytes; the limit is {kv.max_value_bytes}"
+        )
+    return await request.read()
+
+
+def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
+    def service(request: web.Request) -> KvApi:
+        return request.app[service_key]
+
+    async def put_key(request: web.Request) -> web.Response:
+        key = key_from_path(request)
+        params = raw_query(request)
+        kv = service(request)
+        kv.check_key(key)
+        # Everything the answer needs is checked before the write, never after it.
+        encoding = encoding_param(params)
+        rendered_key = encode_bytes(key, encoding, "key")
+        expected_version = expected_version_from_headers(request)
+        producer = producer_from_headers(request)
+        value = await _read_value(request, kv)
+        result = await kv.put(key, value, expected_version, producer)
+        return written({"key": rendered_key, "version": result.version}, result)
+
+    async def modify_key(request: web.Request) -> web.Response:
+        key = key_from_path(request)
+        params = raw_query(request)
+        kv = service(request)
+        kv.check_key(key)
+        rendered_key = encode_bytes(key, encoding_param(params), "key")
+        producer = producer_from_headers(request)
+        op = text_param(params, "op")
+        if op == "incr":
+            by = signed_int_param(params, "by", 1)
+            result = await kv.incr(key, by, producer)
+            body = {"key": rendered_key, "value": int(result.value), "version": result.version}
+        elif op == "append":
+            result = await kv.append(key, await _read_value(request, kv), producer)
+            body = {"key": rendered_key, "size": int(result.value), "version": result.version}
+        else:
+            raise InvalidRequest(f"parameter op must be incr or append, not {op!r:.40}")
+        return written(body, result)
+
+    async def delete_key(request: web.Request) -> web.Response:
+        key = key_from_path(request)
+        expected_version = expected_version_from_headers(request)
+        result = await service(request).delete(
+            key, expected_version, producer_from_headers(request)
+        )
+        return written({"version": result.version}, result)
+
+    async def txn(request: web.Request) -> web.Response:
+        params = raw_query(request)
+        encoding = encoding_param(params)
+        try:
+            body: Any = await request.json()
+        except (ValueError, RecursionError):
+            raise InvalidRequest("the body must be a JSON object") from None
+        kv = service(request)
+        command = parse_txn(body, encoding, kv)
+        result = await kv.txn(command, producer_from_headers(request))
+        return written(render_txn_result(result, encoding), result)
+
+    app.router.add_route("PUT", KEY_PATH, put_key)
+    app.router.add_route("POST", KEY_PATH, modify_key)
+    app.router.add_route("DELETE", KEY_PATH, delete_key)
+    app.router.add_route("POST", "/v1/txn", txn)

@@ -24,7 +24,8 @@ _SCAN_PAGE = 1000
 def decide_init(writer: EntryWriter, command: InitProducer) -> CommandResult:
     """A new producer (its id is the offset of its first state record), or, for a
     known transactional id, the same id with the next epoch: every older epoch is
-    fenced from this entry on, writes already in flight included."""
+    fenced from this entry on, writes already in flight included. A transactional
+    id whose producer expired starts over with a new producer, as if it were gone."""
     now = writer.timestamp_ms
     tid = command.transactional_id
     if tid is not None:
@@ -32,7 +33,7 @@ def decide_init(writer: EntryWriter, command: InitProducer) -> CommandResult:
         if mapped is not None:
             producer_id = int(mapped.value)
             state = writer.producer(producer_id)
-            if state is not None:
+            if state is not None and not state.expired(now):
                 bumped = ProducerState(state.epoch + 1, tid, command.expiry_ms, now)
                 writer.set_producer(producer_id, bumped)
                 return CommandResult(

@@ -18,6 +18,7 @@ from aiohttp import web
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from http_api.app import build_app
+from http_api.encoding import PRODUCER_HEADERS
 from http_api.openapi import openapi_document
 from node.commands import Command, Txn
 from node.compaction import CompactionResult
@@ -191,7 +192,7 @@ def test_every_served_route_is_documented_and_nothing_else(app: web.Application)
     documented = documented_routes(openapi_document())
     assert ("PUT", "/v1/kv/{key}") in served  # the regex was mapped
     assert ("HEAD", "/v1/status") not in served  # no implicit HEAD routes to document
-    assert served - documented == set(), "served but not in http_api/openapi.py"
+    assert served - documented == set(), "served but not in http_api/openapi*.py"
     assert documented - served == set(), "documented but not served"
 
 
@@ -235,3 +236,14 @@ def test_every_ref_resolves() -> None:
     refs = set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(document)))
     assert refs
     assert refs <= set(document["components"]["schemas"])
+
+
+def test_the_producer_headers_are_documented_on_every_write() -> None:
+    paths = openapi_document()["paths"]
+    writes = {("post", "/v1/txn")} | {(m, "/v1/kv/{key}") for m in ("put", "delete", "post")}
+    for method, path in writes:
+        operation = paths[path][method]
+        headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert set(PRODUCER_HEADERS) <= headers, (method, path)
+        assert "Rkv-Duplicate" in operation["responses"]["200"]["headers"], (method, path)
+        assert "409" in operation["responses"], (method, path)

@@ -1,0 +1,121 @@
+"""Pieces the OpenAPI path and schema modules share: the error table, response
+helpers and the parameters more than one operation takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from http_api.encoding import MAX_VERSION, PRODUCER_HEADERS
+from node.commands import MAX_TXN_OPS
+from node.producers import WINDOW
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+BYTES = {"type": "string", "description": "base64, or text with encoding=utf-8"}
+INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
+
+_ERROR_TEXT = {
+    307: "Not the leader (consistency=leader, membership changes): Location names the leader",
+    400: "Invalid request (bad key, parameter, header or body)",
+    404: "No such key (or member)",
+    409: "Conflict. Idempotent producer writes: producer_fenced (not the current epoch), "
+    "out_of_order_sequence (a sequence was skipped), duplicate_sequence_too_old (a "
+    f"retry older than the last {WINDOW} sequences), unknown_producer (unknown or "
+    "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
+    "membership_change_in_progress, member_exists, address_in_use, last_member or "
+    "member_is_leader",
+    412: "Precondition failed: body has current_version",
+    413: "Value or body too large, or an append's result would be; a txn of more than "
+    f"{MAX_TXN_OPS} compares and ops",
+    503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
+    "no_leader or node_not_ready",
+}
+
+DUPLICATE_HEADER = {
+    "Rkv-Duplicate": {
+        "schema": {"type": "string", "enum": ["true"]},
+        "description": "Present when this is the remembered answer to a retried "
+        "producer sequence: nothing was applied again.",
+    }
+}
+# An applied write's answer (success or refusal) is what a retry of its sequence gets.
+_DUPLICABLE = frozenset({404, 409, 412, 413})
+
+
+def json_content(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def errors(*statuses: int) -> dict[str, Any]:
+    return {str(s): json_content(ERROR, _ERROR_TEXT[s]) for s in statuses}
+
+
+def write_responses(ok: dict[str, Any], *statuses: int) -> dict[str, Any]:
+    """A write's responses: ``ok`` (a 200) and the errors, marked as answers a
+    retried producer sequence can get again with Rkv-Duplicate."""
+    responses = {"200": {**ok, "headers": DUPLICATE_HEADER}, **errors(*statuses)}
+    for status in _DUPLICABLE.intersection(statuses):
+        responses[str(status)]["headers"] = DUPLICATE_HEADER
+    return responses
+
+
+KEY = {
+    "name": "key",
+    "in": "path",
+    "required": True,
+    "description": "The key: arbitrary bytes, percent-encoded (1..4096 bytes).",
+    "schema": {"type": "string"},
+}
+CONSISTENCY = {
+    "name": "consistency",
+    "in": "query",
+    "schema": {"type": "string", "enum": ["linearizable", "leader", "stale"]},
+    "description": "linearizable (default): a read barrier through the log; leader: "
+    "local read if this node believes it leads; stale: local read on any node.",
+}
+MIN_VERSION = {
+    "name": "min_version",
+    "in": "query",
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "Wait (bounded) until this node has applied this offset, then read.",
+}
+ENCODING = {
+    "name": "encoding",
+    "in": "query",
+    "schema": {"type": "string", "enum": ["base64", "utf-8"]},
+    "description": "How keys and values appear in JSON (default base64).",
+}
+IF_MATCH = {
+    "name": "If-Match",
+    "in": "header",
+    "schema": {"type": "string"},
+    "description": 'Compare-and-set: "<version>" the key must have.',
+}
+IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "schema": {"type": "string", "enum": ["*"]},
+    "description": "Create only: the key must not exist.",
+}
+
+_TOGETHER = (
+    f"An idempotent write carries {', '.join(PRODUCER_HEADERS)} all three or none "
+    "(otherwise 400 invalid_producer_header)."
+)
+_PRODUCER_TEXT = {
+    "Rkv-Producer-Id": "The producer_id from POST /v1/producers.",
+    "Rkv-Producer-Epoch": "The epoch from POST /v1/producers; any but the producer's "
+    "current epoch is refused (409 producer_fenced).",
+    "Rkv-Sequence": "This write's sequence: 0 for the first write of an epoch, then one "
+    "more per write (a gap: 409 out_of_order_sequence). A retry of one of the last "
+    f"{WINDOW} sequences gets the original answer again with Rkv-Duplicate: true and "
+    "applies nothing; an older one: 409 duplicate_sequence_too_old.",
+}
+PRODUCER = [
+    {
+        "name": name,
+        "in": "header",
+        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION},
+        "description": f"{_PRODUCER_TEXT[name]} {_TOGETHER}",
+    }
+    for name in PRODUCER_HEADERS
+]

@@ -1,0 +1,228 @@
+"""OpenAPI paths of the node, log, watch, snapshot, admin and cluster endpoints
+(http_api/routes_node.py, routes_log.py, routes_watch.py, routes_snapshot.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from http_api.openapi_common import ENCODING, errors, json_content
+
+
+def node_paths() -> dict[str, Any]:
+    return {
+        "/v1/status": {
+            "get": {
+                "summary": "Node id, role, leader, term, indexes, members",
+                "responses": {"200": json_content({"type": "object"}, "Status")},
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "The process is alive",
+                "responses": {"200": json_content({"type": "object"}, "Alive")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Caught up and able to serve",
+                "responses": {
+                    "200": json_content({"type": "object"}, "Ready"),
+                    "503": json_content({"type": "object"}, "Not ready, with the reason"),
+                },
+            }
+        },
+        "/v1/log": {
+            "get": {
+                "summary": "This node's commit log from an offset (pull replication)",
+                "description": "Records in their commit-log framing (length, CRC-32, "
+                "offset, raft index, timestamp, create version, op, key, value; see "
+                "docs/ARCHITECTURE.md). Header Rkv-Head-Offset: the last offset when the "
+                "answer started. A removed offset reads as the next greater one.",
+                "parameters": [
+                    {"name": n, "in": "query", "schema": {"type": "integer", "minimum": m}}
+                    for n, m in (("from", 0), ("to", 0), ("limit", 1))
+                ],
+                "responses": {
+                    "200": {
+                        "description": "Framed records",
+                        "content": {"application/x-rkv-log": {}},
+                    },
+                    **errors(400),
+                },
+            }
+        },
+        "/v1/watch": {
+            "get": {
+                "summary": "The change feed: puts and deletes from an offset, as a "
+                "long-lived NDJSON stream",
+                "description": "One JSON object per line, in offset order: a Change, or a "
+                'keep-alive {"keepalive": true, "head": N} after --watch-keepalive '
+                "seconds (10) without a line; every matching change up to head has been "
+                "sent, so resuming from head + 1 loses nothing. Keys under the internal "
+                "prefix \\x00rkv/ never appear. With encoding=utf-8, a line whose key or "
+                'value is not UTF-8 carries both as base64 and has "encoding": '
+                '"base64"; the stream goes on. Any offset is a valid from, including '
+                "one compaction removed: the stream then starts with what the log still "
+                "holds (the latest record of each key, tombstones in retention) and goes "
+                "on with the tail; there is no 'compacted' error. The stream ends when the "
+                "node shuts down; if this node stops serving reads or cannot read its log, "
+                'a last line {"error": {"code", "message"}} comes first. Resume '
+                "from the last offset + 1, here or on another node (offsets are the same "
+                "on every replica). Headers: Rkv-Head-Offset (this node's applied offset "
+                "when the stream started), Rkv-Watch-From (the first offset considered).",
+                "parameters": [
+                    {
+                        "name": "prefix",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "Only keys starting with these (percent-encoded) "
+                        "bytes; default every user key.",
+                    },
+                    {
+                        "name": "from",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 0},
+                        "description": "The first offset to send. Default: the next one "
+                        "(only changes after the request); 0 or 1 replays the whole log.",
+                    },
+                    ENCODING,
+                ],
+                "responses": {
+                    "200": {
+                        "description": "NDJSON lines: Change, WatchKeepalive, WatchError",
+                        "content": {
+                            "application/x-ndjson": {
+                                "schema": {
+                                    "oneOf": [
+                                        {"$ref": "#/components/schemas/Change"},
+                                        {"$ref": "#/components/schemas/WatchKeepalive"},
+                                        {"$ref": "#/components/schemas/WatchError"},
+                                    ]
+                                }
+                            }
+                        },
+                    },
+                    **errors(400, 503),
+                },
+            }
+        },
+        "/v1/snapshot": {
+            "get": {
+                "summary": "This node's whole state as a snapshot file (export)",
+                "description": "A consistent view at one applied index: a header (magic "
+                "RKVSNAP, format version, applied raft index and offset, record count, "
+                "creation time), one commit-log framed put per key (internal keys "
+                "included) and a trailer with the count and a SHA-256 of everything "
+                "before it; see docs/ARCHITECTURE.md. Headers Rkv-Snapshot-Index and "
+                "Rkv-Snapshot-Offset: what the state reflects (a follower may be behind "
+                "the leader). One export at a time per node.",
+                "responses": {
+                    "200": {
+                        "description": "The snapshot file",
+                        "headers": {
+                            name: {"schema": {"type": "integer"}, "description": text}
+                            for name, text in (
+                                ("Rkv-Snapshot-Index", "The applied raft index"),
+                                ("Rkv-Snapshot-Offset", "The applied commit-log offset"),
+                            )
+                        },
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            }
+                        },
+                    },
+                    **errors(503),
+                },
+            }
+        },
+        "/v1/admin/compact": {
+            "post": {
+                "summary": "Force a compaction of this node's commit log: roll the active "
+                "segment, keep the latest record per key and tombstones in retention",
+                "responses": {
+                    "200": json_content(
+                        {
+                            "type": "object",
+                            "properties": {
+                                name: {"type": "integer" if name != "seconds" else "number"}
+                                for name in (
+                                    "segments_before",
+                                    "segments_after",
+                                    "bytes_before",
+                                    "bytes_after",
+                                    "records_before",
+                                    "records_kept",
+                                    "records_dropped",
+                                    "tombstones_kept",
+                                    "seconds",
+                                )
+                            },
+                        },
+                        "Compacted",
+                    ),
+                    **errors(503),
+                },
+            }
+        },
+        "/v1/cluster/members": {
+            "get": {
+                "summary": "The voting members this node knows (id, raft address, URL)",
+                "responses": {
+                    "200": json_content(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "members": {
+                                    "type": "array",
+                                    "items": {"$ref": "#/components/schemas/Member"},
+                                }
+                            },
+                        },
+                        "Members",
+                    )
+                },
+            },
+            "post": {
+                "summary": "Add a voting member (on the leader; one change at a time)",
+                "description": "Records the member in the replicated directory, then "
+                "adds its raft address to the cluster and waits for the change to "
+                "commit. Adding a member that already exists with the same raft "
+                "address changes nothing (added: false).",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Member"}}
+                    },
+                },
+                "responses": {
+                    "200": json_content({"$ref": "#/components/schemas/MemberChange"}, "Added"),
+                    **errors(307, 400, 409, 503),
+                },
+            },
+        },
+        "/v1/cluster/members/{id}": {
+            "delete": {
+                "summary": "Remove a voting member (on the leader; one change at a time)",
+                "parameters": [
+                    {
+                        "name": "id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                        "description": "The member's id.",
+                    }
+                ],
+                "responses": {
+                    "200": json_content({"$ref": "#/components/schemas/MemberChange"}, "Removed"),
+                    **errors(307, 404, 409, 503),
+                },
+            }
+        },
+        "/v1/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "responses": {"200": json_content({"type": "object"}, "OpenAPI 3.1")},
+            }
+        },
+    }

@@ -38,6 +38,15 @@ def written(body: dict[str, Any], result: CommandResult) -> web.Response:
     return json_response(body)
 
 
+def _number(result: CommandResult) -> int | None:
+    """An incr's new value or an append's new size. None only when a producer reused
+    the sequence of another kind of write: the answer is that write's result."""
+    try:
+        return int(result.value)
+    except ValueError:
+        return None
+
+
 async def _read_value(request: web.Request, kv: KvApi) -> bytes:
     if request.content_length is not None and request.content_length > kv.max_value_bytes:
         raise PayloadTooLarge(
@@ -75,10 +84,10 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         if op == "incr":
             by = signed_int_param(params, "by", 1)
             result = await kv.incr(key, by, producer)
-            body = {"key": rendered_key, "value": int(result.value), "version": result.version}
+            body = {"key": rendered_key, "value": _number(result), "version": result.version}
         elif op == "append":
             result = await kv.append(key, await _read_value(request, kv), producer)
-            body = {"key": rendered_key, "size": int(result.value), "version": result.version}
+            body = {"key": rendered_key, "size": _number(result), "version": result.version}
         else:
             raise InvalidRequest(f"parameter op must be incr or append, not {op!r:.40}")
         return written(body, result)

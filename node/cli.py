@@ -1,8 +1,9 @@
 """The `rkv` command line: the parser and the dispatch (composition root).
 
 The commands live in node/cli_server.py (up, node, check: the server stack)
-and node/cli_client.py (put, get, delete, scan, txn, compact, status: the
-blocking client); only the one that runs is imported.
+and node/cli_client.py (put, get, delete, incr, append, scan, txn, compact,
+status, producer init: the blocking client); only the one that runs is
+imported.
 """
 
 from __future__ import annotations
@@ -54,6 +55,33 @@ def _positive_int(text: str) -> int:
     return value
 
 
+MAX_INT64 = 2**63 - 1
+
+
+def _signed_int64(text: str) -> int:
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}")
+    value = int(text)
+    if not -MAX_INT64 - 1 <= value <= MAX_INT64:
+        raise argparse.ArgumentTypeError("must be a signed 64-bit integer")
+    return value
+
+
+def producer_triple(text: str) -> tuple[int, int, int]:
+    """``ID:EPOCH:SEQ``, three non-negative integers (what ``--producer`` takes)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not all(
+        p.isascii() and p.isdigit() and len(p) <= 19 and int(p) <= MAX_INT64 for p in parts
+    ):
+        raise argparse.ArgumentTypeError(
+            f"must be ID:EPOCH:SEQ, three non-negative integers (as from "
+            f"'rkv producer init' and a sequence counted from 0), not {text!r}"
+        )
+    producer_id, epoch, sequence = (int(p) for p in parts)
+    return producer_id, epoch, sequence
+
+
 def _add_client_commands(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -71,6 +99,16 @@ def _add_client_commands(sub: Any) -> None:
     reads.add_argument(
         "--min-version", type=_non_negative_int, help="wait until the node has applied this"
     )
+    producing = argparse.ArgumentParser(add_help=False)
+    producing.add_argument(
+        "--producer",
+        type=producer_triple,
+        metavar="ID:EPOCH:SEQ",
+        help="write as idempotent producer ID (from 'rkv producer init') at EPOCH with "
+        "sequence SEQ (0, 1, 2... per epoch): the server applies each sequence once, so "
+        "retrying with the same triple is safe; a repeat prints its original answer and "
+        "a note on stderr. The write is resent on unknown outcomes for max(15 s, --timeout)",
+    )
     epilog = (
         "exit status: 0 ok, 1 refused by the server (not found, conflict, invalid), "
         "2 usage error, 3 cluster unreachable or unable to serve"
@@ -79,7 +117,7 @@ def _add_client_commands(sub: Any) -> None:
     def command(name: str, help_text: str, *parents: argparse.ArgumentParser) -> Any:
         return sub.add_parser(name, help=help_text, parents=[common, *parents], epilog=epilog)
 
-    put = command("put", "set a key; prints the new version")
+    put = command("put", "set a key; prints the new version", producing)
     put.add_argument("key")
     put.add_argument("value", help="the value, or - to read it from stdin")
     condition = put.add_mutually_exclusive_group()
@@ -96,11 +134,25 @@ def _add_client_commands(sub: Any) -> None:
         "-v", "--show-version", action="store_true", help="print the version on stderr"
     )
 
-    delete = command("delete", "delete a key; prints the tombstone's version")
+    delete = command("delete", "delete a key; prints the tombstone's version", producing)
     delete.add_argument("key")
     delete.add_argument(
         "--if-version", type=_non_negative_int, metavar="N", help="only if the version is N"
     )
+
+    incr = command(
+        "incr", "add to the decimal integer at a key (absent: 0); prints the new value", producing
+    )
+    incr.add_argument("key")
+    incr.add_argument(
+        "--by", type=_signed_int64, default=1, metavar="N", help="signed 64-bit (default 1)"
+    )
+
+    append = command(
+        "append", "append to a key's value (absent: create it); prints the new size", producing
+    )
+    append.add_argument("key")
+    append.add_argument("value", help="the bytes to append, or - to read them from stdin")
 
     scan = command(
         "scan",
@@ -118,6 +170,7 @@ def _add_client_commands(sub: Any) -> None:
     txn = command(
         "txn",
         "run a transaction given as the API's JSON (compare / success / failure)",
+        producing,
     )
     txn.add_argument("file", help="a JSON file, or - for stdin")
     txn.add_argument(
@@ -133,6 +186,22 @@ def _add_client_commands(sub: Any) -> None:
 
     status = command("status", "the cluster's members, roles and leader")
     status.add_argument("--json", action="store_true", help="the raw /v1/status of one node")
+
+    producer = sub.add_parser("producer", help="idempotent producers (see --producer)")
+    actions = producer.add_subparsers(dest="producer_command", required=True)
+    init = actions.add_parser(
+        "init",
+        parents=[common],
+        epilog=epilog,
+        help="register a producer; prints 'ID EPOCH' (its first write is --producer ID:EPOCH:0)",
+    )
+    init.add_argument(
+        "--transactional-id",
+        metavar="T",
+        help="the same T again keeps the producer id with the next epoch, "
+        "which fences the older epochs",
+    )
+    init.add_argument("--json", action="store_true", help='{"producer_id": ..., "epoch": ...}')
 
 
 def _add_cluster_commands(sub: Any) -> None:

@@ -1,7 +1,13 @@
-"""The `rkv` client commands: put, get, delete, scan, txn, status and
-cluster members/add/remove (composition root). They use the blocking
-:class:`http_api.client.RkvClient` (cluster: plain urllib) and never import
-the server stack.
+"""The `rkv` client commands: put, get, delete, incr, append, scan, txn,
+status, producer init and cluster members/add/remove (composition root).
+They use the blocking :class:`http_api.client.RkvClient` (cluster: plain
+urllib) and never import the server stack.
+
+With ``--producer ID:EPOCH:SEQ`` a write (put, delete, incr, append, txn) goes
+through :meth:`RkvClient.resume_producer`: it carries the three producer
+headers, is resent with them on unknown outcomes, and a repeat of a sequence
+already applied prints the original answer plus a note on stderr. A script
+that reruns a failed command with the same triple gets exactly-once.
 
 Exit status: 0 ok, 1 refused by the server (not found, conflict, invalid),
 2 usage error, 3 cluster unreachable or unable to serve.
@@ -18,7 +24,8 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +34,11 @@ from http_api.client import (
     ClusterUnreachableError,
     Item,
     KeyNotFoundError,
+    Producer,
     RkvClient,
     RkvClientError,
     UnavailableError,
+    UnknownOutcomeError,
     VersionConflictError,
     parse_urls,
 )
@@ -38,6 +47,7 @@ from node.cli import BASE64_MARK, URL_ENV
 EXIT_REFUSED = 1  # the server said no: not found, version conflict, invalid request
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3  # no node answered, or the cluster could not serve the request
+PRODUCER_DEADLINE = 15.0  # seconds a --producer write is resent at least (or --timeout)
 
 
 class _UsageError(Exception):
@@ -73,14 +83,72 @@ def _json_bytes(data: bytes, utf8: bool) -> str:
         raise _UsageError("a key or value is not UTF-8: leave out --utf-8") from None
 
 
-def _client_cmd_put(client: RkvClient, args: argparse.Namespace) -> int:
-    version = client.put(
-        _text_arg(args.key),
-        _value_arg(args.value),
-        if_version=args.if_version,
-        create_only=args.create_only,
+@contextmanager
+def _writer(client: RkvClient, args: argparse.Namespace) -> Iterator[RkvClient | Producer]:
+    """The plain client, or with --producer the producer it names; a duplicate
+    answer (success or refusal) gets a note on stderr."""
+    if getattr(args, "producer", None) is None:
+        yield client
+        return
+    producer_id, epoch, sequence = args.producer
+    producer = client.resume_producer(
+        producer_id, epoch, sequence, deadline=max(PRODUCER_DEADLINE, args.timeout)
     )
+    try:
+        yield producer
+    except UnknownOutcomeError as exc:
+        # A pending write dies with this process: the way to settle it is to run the
+        # same command again with the same triple.
+        raise UnknownOutcomeError(
+            f"producer {producer_id} epoch {epoch} sequence {sequence}: no answer within "
+            f"{producer.deadline:g}s; the write may or may not have been applied: run the "
+            "same command with the same --producer again to settle it",
+            code=exc.code,
+            url=exc.url,
+        ) from None
+    finally:
+        if producer.last_was_duplicate:
+            print(
+                f"rkv {args.command}: note: producer {producer_id} epoch {epoch} sequence "
+                f"{sequence} was applied before; this is its original answer "
+                "(nothing was applied again)",
+                file=sys.stderr,
+            )
+
+
+def _client_cmd_put(client: RkvClient, args: argparse.Namespace) -> int:
+    with _writer(client, args) as writer:
+        version = writer.put(
+            _text_arg(args.key),
+            _value_arg(args.value),
+            if_version=args.if_version,
+            create_only=args.create_only,
+        )
     print(version)
+    return 0
+
+
+def _client_cmd_incr(client: RkvClient, args: argparse.Namespace) -> int:
+    with _writer(client, args) as writer:
+        value = writer.incr(_text_arg(args.key), args.by)
+    print(value)
+    return 0
+
+
+def _client_cmd_append(client: RkvClient, args: argparse.Namespace) -> int:
+    with _writer(client, args) as writer:
+        size = writer.append(_text_arg(args.key), _value_arg(args.value))
+    print(size)
+    return 0
+
+
+def _client_cmd_producer(client: RkvClient, args: argparse.Namespace) -> int:
+    """rkv producer init: POST /v1/producers; prints "ID EPOCH" (or JSON)."""
+    producer = client.producer(args.transactional_id, deadline=max(PRODUCER_DEADLINE, args.timeout))
+    if args.json:
+        print(json.dumps({"producer_id": producer.producer_id, "epoch": producer.epoch}))
+    else:
+        print(f"{producer.producer_id} {producer.epoch}")
     return 0
 
 
@@ -94,7 +162,9 @@ def _client_cmd_get(client: RkvClient, args: argparse.Namespace) -> int:
 
 
 def _client_cmd_delete(client: RkvClient, args: argparse.Namespace) -> int:
-    print(client.delete(_text_arg(args.key), if_version=args.if_version))
+    with _writer(client, args) as writer:
+        version = writer.delete(_text_arg(args.key), if_version=args.if_version)
+    print(version)
     return 0
 
 
@@ -148,7 +218,8 @@ def _client_cmd_txn(client: RkvClient, args: argparse.Namespace) -> int:
         raise _UsageError(
             'a transaction is a JSON object: {"compare": [...], "success": [...], "failure": [...]}'
         )
-    result = client.txn_raw(body, encoding="utf-8" if args.utf_8 else "base64")
+    with _writer(client, args) as writer:
+        result = writer.txn_raw(body, encoding="utf-8" if args.utf_8 else "base64")
     print(json.dumps(result, indent=2))
     return 0
 
@@ -307,10 +378,13 @@ def _client_error_exit(command: str, key: str | None, exc: RkvClientError) -> in
 def run(args: argparse.Namespace) -> int:
     """Run a client command with a blocking client; returns the exit status."""
     command: str = args.command
+    run_command = _COMMANDS[command]
+    if command == "producer":
+        command = f"producer {args.producer_command}"
     try:
         urls = parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL])
         with RkvClient(urls, timeout=args.timeout) as client:
-            code: int = _COMMANDS[command](client, args)
+            code: int = run_command(client, args)
         sys.stdout.flush()
         return code
     except RkvClientError as exc:
@@ -336,8 +410,11 @@ _COMMANDS: dict[str, Callable[[RkvClient, argparse.Namespace], int]] = {
     "put": _client_cmd_put,
     "get": _client_cmd_get,
     "delete": _client_cmd_delete,
+    "incr": _client_cmd_incr,
+    "append": _client_cmd_append,
     "scan": _client_cmd_scan,
     "txn": _client_cmd_txn,
     "status": _client_cmd_status,
     "compact": _client_cmd_compact,
+    "producer": _client_cmd_producer,
 }

@@ -15,13 +15,20 @@ idempotent). The rules: :mod:`http_api.client.rules`. The exceptions, each
 with the server's ``code`` and ``message``, the HTTP ``status`` and the node
 ``url``: :mod:`http_api.client.errors`.
 
+``client.producer()`` (``await client.producer()`` on the async client)
+registers an idempotent producer: :class:`Producer` / :class:`AsyncProducer`
+stamp each write with a producer id, epoch and sequence, so they can resend
+it on any unknown outcome and the server applies it once
+(:mod:`http_api.client.producer` has the rules).
+
 Neither client is safe to share between threads; the async one belongs to the
 event loop that first used it. Close them (or use ``with`` / ``async with``).
 
 Modules: ``errors`` (the exception tree), ``model`` (Item, ScanPage, Compare,
 Op, TxnResult), ``wire`` (URLs, requests and answers, I/O-free), ``rules``
 (leader and retry rules, I/O-free), ``operations`` (each call as an I/O-free
-plan, and what both clients share), ``sync_client`` and ``async_client``.
+plan, and what both clients share), ``producer`` (an idempotent producer's
+rules, I/O-free), ``sync_client`` and ``async_client``.
 """
 
 from __future__ import annotations
@@ -30,26 +37,35 @@ from typing import TYPE_CHECKING, Any
 
 from http_api.client.errors import (
     ClusterUnreachableError,
+    ConflictError,
+    IntegerOverflowError,
     InvalidRequestError,
     KeyNotFoundError,
+    NotAnIntegerError,
     NotAppliedError,
     OverloadedError,
     PayloadTooLargeError,
+    ProducerError,
+    ProducerFencedError,
     RkvClientError,
+    SequenceError,
     UnavailableError,
     UnknownOutcomeError,
+    UnknownProducerError,
     VersionConflictError,
 )
 from http_api.client.model import BytesLike as BytesLike
 from http_api.client.model import Compare, Item, Op, ScanPage, TxnOpResult, TxnResult
 from http_api.client.model import to_bytes as to_bytes
 from http_api.client.operations import _Core as _Core
+from http_api.client.producer import DEFAULT_DEADLINE as DEFAULT_DEADLINE
+from http_api.client.producer import producer_headers as producer_headers
 from http_api.client.rules import DISCOVERY_TIMEOUT as DISCOVERY_TIMEOUT
 from http_api.client.rules import IDLE_RECONNECT as IDLE_RECONNECT
 from http_api.client.rules import MAX_REDIRECTS as MAX_REDIRECTS
 from http_api.client.rules import SAFE_WRITE_RETRY_CODES as SAFE_WRITE_RETRY_CODES
 from http_api.client.rules import RetryPolicy
-from http_api.client.sync_client import RkvClient
+from http_api.client.sync_client import Producer, RkvClient
 from http_api.client.wire import CONSISTENCY_LEVELS as CONSISTENCY_LEVELS
 from http_api.client.wire import DEFAULT_URL as DEFAULT_URL
 from http_api.client.wire import _Failure as _Failure
@@ -62,36 +78,46 @@ from http_api.client.wire import normalize_url as normalize_url
 from http_api.client.wire import parse_urls as parse_urls
 
 if TYPE_CHECKING:
-    from http_api.client.async_client import AsyncRkvClient
+    from http_api.client.async_client import AsyncProducer, AsyncRkvClient
 
 __all__ = [
+    "AsyncProducer",
     "AsyncRkvClient",
     "ClusterUnreachableError",
     "Compare",
+    "ConflictError",
+    "IntegerOverflowError",
     "InvalidRequestError",
     "Item",
     "KeyNotFoundError",
+    "NotAnIntegerError",
     "NotAppliedError",
     "Op",
     "OverloadedError",
     "PayloadTooLargeError",
+    "Producer",
+    "ProducerError",
+    "ProducerFencedError",
     "RetryPolicy",
     "RkvClient",
     "RkvClientError",
     "ScanPage",
+    "SequenceError",
     "TxnOpResult",
     "TxnResult",
     "UnavailableError",
     "UnknownOutcomeError",
+    "UnknownProducerError",
     "VersionConflictError",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # AsyncRkvClient is imported on first use: it needs aiohttp, which users of the
-    # blocking client (the `rkv` command among them) should not have to load.
-    if name == "AsyncRkvClient":
+    # AsyncRkvClient and AsyncProducer are imported on first use: they need aiohttp,
+    # which users of the blocking client (the `rkv` command among them) should not
+    # have to load.
+    if name in ("AsyncRkvClient", "AsyncProducer"):
         from http_api.client import async_client  # noqa: PLC0415
 
-        return async_client.AsyncRkvClient
+        return getattr(async_client, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""The asyncio client: :class:`AsyncRkvClient` over aiohttp's client.
+"""The asyncio client: :class:`AsyncRkvClient` over aiohttp's client; and
+:class:`AsyncProducer`, its idempotent producer.
 
 It belongs to the event loop that first used it. Close it (or use
 ``async with``).
@@ -15,7 +16,8 @@ import aiohttp
 from yarl import URL
 
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
-from http_api.client.operations import _BaseClient
+from http_api.client.operations import _BaseClient, _Write
+from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
 from http_api.client.rules import IDLE_RECONNECT
 from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
 
@@ -120,6 +122,48 @@ class AsyncRkvClient(_BaseClient[_AsyncTransport]):
     async def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
         return await self._run(self._core.delete(key, if_version))
 
+    async def incr(self, key: BytesLike, by: int = 1) -> int:
+        return await self._run(self._core.incr(key, by))
+
+    async def append(self, key: BytesLike, value: BytesLike) -> int:
+        return await self._run(self._core.append(key, value))
+
+    async def producer(
+        self,
+        transactional_id: str | None = None,
+        *,
+        reinit_on_fence: bool = False,
+        deadline: float = DEFAULT_DEADLINE,
+    ) -> AsyncProducer:
+        """Register an idempotent producer: ``await client.producer(...)``."""
+        state = _ProducerCore(
+            self._core, transactional_id, reinit_on_fence=reinit_on_fence, deadline=deadline
+        )
+        await self._run(state.init())
+        return AsyncProducer(self, state)
+
+    def resume_producer(
+        self,
+        producer_id: int,
+        epoch: int,
+        next_sequence: int = 0,
+        *,
+        transactional_id: str | None = None,
+        reinit_on_fence: bool = False,
+        deadline: float = DEFAULT_DEADLINE,
+    ) -> AsyncProducer:
+        """A producer registered before, writing from ``next_sequence`` on (no I/O)."""
+        state = _ProducerCore.resumed(
+            self._core,
+            producer_id,
+            epoch,
+            next_sequence,
+            transactional_id=transactional_id,
+            reinit_on_fence=reinit_on_fence,
+            deadline=deadline,
+        )
+        return AsyncProducer(self, state)
+
     async def scan_page(
         self,
         prefix: BytesLike = b"",
@@ -175,3 +219,55 @@ class AsyncRkvClient(_BaseClient[_AsyncTransport]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class AsyncProducer(_ProducerView):
+    """The asyncio twin of :class:`http_api.client.Producer` (``await
+    client.producer()``): the same methods, as coroutines. Concurrent calls wait
+    for each other (an asyncio lock): one write at a time per producer. A call
+    cancelled half-way leaves its write pending, settled by the next call."""
+
+    def __init__(self, client: AsyncRkvClient, state: _ProducerCore) -> None:
+        self._client = client
+        self._state = state
+        self._lock = asyncio.Lock()
+
+    async def _write(self, request: _Write[T]) -> T:
+        async with self._lock:
+            return await self._client._run(self._state.write(request))
+
+    async def put(
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        *,
+        if_version: int | None = None,
+        create_only: bool = False,
+    ) -> int:
+        return await self._write(
+            self._client._core.put_request(key, value, if_version, create_only)
+        )
+
+    async def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+        return await self._write(self._client._core.delete_request(key, if_version))
+
+    async def incr(self, key: BytesLike, by: int = 1) -> int:
+        return await self._write(self._client._core.incr_request(key, by))
+
+    async def append(self, key: BytesLike, value: BytesLike) -> int:
+        return await self._write(self._client._core.append_request(key, value))
+
+    async def txn(
+        self,
+        compare: Sequence[Compare] = (),
+        success: Sequence[Op] = (),
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        return await self._write(self._client._core.txn_request(compare, success, failure))
+
+    async def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+        return await self._write(self._client._core.txn_raw_request(body, encoding))
+
+    async def reinit(self) -> None:
+        async with self._lock:
+            await self._client._run(self._state.init())

@@ -8,6 +8,14 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     ├── VersionConflictError      412 version_conflict; .current_version
     ├── InvalidRequestError       400 (invalid_key, reserved_key, not_utf8, ...)
     ├── PayloadTooLargeError      413 payload_too_large
+    ├── ConflictError             409: the key's state or the producer's refuses the write
+    │   ├── NotAnIntegerError     not_an_integer: incr of a value that is not a decimal integer
+    │   ├── IntegerOverflowError  integer_overflow: incr past the signed 64-bit range
+    │   └── ProducerError         an idempotent producer's write refused before it was applied;
+    │       │                     .outcome_unknown (see http_api.client.producer)
+    │       ├── ProducerFencedError   producer_fenced: a newer epoch of its transactional id
+    │       ├── UnknownProducerError  unknown_producer: never initialised, or expired
+    │       └── SequenceError         out_of_order_sequence / duplicate_sequence_too_old
     ├── UnavailableError          503: the cluster cannot serve it now; .retry_after
     │   ├── NotAppliedError       not_applied / no_leader: the write was not applied
     │   ├── UnknownOutcomeError   the write may or may not have been applied
@@ -70,6 +78,63 @@ class InvalidRequestError(RkvClientError):
 
 class PayloadTooLargeError(RkvClientError):
     default_code = "payload_too_large"
+
+
+class ConflictError(RkvClientError):
+    """409: the write conflicts with the key's state or with the producer's."""
+
+    default_code = "conflict"
+
+
+class NotAnIntegerError(ConflictError):
+    default_code = "not_an_integer"
+
+
+class IntegerOverflowError(ConflictError):
+    default_code = "integer_overflow"
+
+
+class ProducerError(ConflictError):
+    """An idempotent producer's write was refused before it was applied.
+
+    ``outcome_unknown`` is True when an earlier attempt of the same write (same
+    sequence, an answer that never came) may have been applied before this
+    refusal: then the write may or may not have taken effect, and it was not
+    sent again.
+    """
+
+    default_code = "producer_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        url: str | None = None,
+        outcome_unknown: bool = False,
+    ) -> None:
+        super().__init__(message, code=code, status=status, url=url)
+        self.outcome_unknown = outcome_unknown
+
+
+class ProducerFencedError(ProducerError):
+    """Its transactional id was initialised again: this epoch can write no more."""
+
+    default_code = "producer_fenced"
+
+
+class UnknownProducerError(ProducerError):
+    """The producer was never initialised, or expired after being idle."""
+
+    default_code = "unknown_producer"
+
+
+class SequenceError(ProducerError):
+    """The sequence skips ahead (``out_of_order_sequence``), or is older than the
+    results the server keeps (``duplicate_sequence_too_old``)."""
+
+    default_code = "out_of_order_sequence"
 
 
 class UnavailableError(RkvClientError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BytesLike = bytes | bytearray | memoryview | str
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def to_bytes(data: BytesLike, what: str = "value") -> bytes:
@@ -21,6 +22,15 @@ def to_bytes(data: BytesLike, what: str = "value") -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"{what} must be bytes or str, not {type(data).__name__}")
+
+
+def int64_arg(value: int, what: str = "by") -> int:
+    """``value`` if it is an int in the signed 64-bit range, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, not {type(value).__name__}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{what} must be a signed 64-bit integer")
+    return value
 
 
 def _b64(data: bytes) -> str:
@@ -78,13 +88,27 @@ class Compare:
 class Op:
     """One operation of a transaction branch; build with the class methods."""
 
-    kind: str  # "put" | "delete" | "get"
+    kind: str  # "put" | "delete" | "get" | "incr" | "append"
     key: bytes
     value: bytes | None = None
+    by: int | None = None  # incr only
 
     @classmethod
     def put(cls, key: BytesLike, value: BytesLike) -> Op:
         return cls("put", to_bytes(key, "key"), to_bytes(value))
+
+    @classmethod
+    def incr(cls, key: BytesLike, by: int = 1) -> Op:
+        """Add ``by`` (signed 64-bit) to the decimal integer at ``key`` (absent: 0).
+        Its result's ``integer`` is the new value; a value that is not an integer,
+        or an overflow, fails the whole transaction (NotAnIntegerError,
+        IntegerOverflowError)."""
+        return cls("incr", to_bytes(key, "key"), by=int64_arg(by))
+
+    @classmethod
+    def append(cls, key: BytesLike, value: BytesLike) -> Op:
+        """Append ``value`` to the key's value (absent: create it)."""
+        return cls("append", to_bytes(key, "key"), to_bytes(value))
 
     @classmethod
     def delete(cls, key: BytesLike) -> Op:
@@ -98,6 +122,8 @@ class Op:
         body: dict[str, Any] = {"op": self.kind, "key": _b64(self.key)}
         if self.value is not None:
             body["value"] = _b64(self.value)
+        if self.by is not None:
+            body["by"] = self.by
         return body
 
 
@@ -105,8 +131,10 @@ class Op:
 class TxnOpResult:
     """What one op of the branch that ran did.
 
-    put: ``version`` written. delete: ``found``, ``version`` of the tombstone
-    (0 when nothing was deleted). get: ``found`` and, when found, ``value``,
+    put, append: ``version`` written and ``create_version``. incr: the same,
+    ``integer`` the new value (and ``value`` it as the key now holds it:
+    decimal text). delete: ``found``, ``version`` of the tombstone (0 when
+    nothing was deleted). get: ``found`` and, when found, ``value``,
     ``version`` and ``create_version``.
     """
 
@@ -116,6 +144,7 @@ class TxnOpResult:
     version: int
     create_version: int = 0
     value: bytes | None = None
+    integer: int | None = None
 
     def item(self) -> Item | None:
         """A found get as an :class:`Item`."""

@@ -1,8 +1,11 @@
 """Each client operation as an I/O-free plan, and the base both clients share.
 
-:class:`_Core` builds the request of each operation (get, put, delete, scan,
-txn, status), sends it through the rules of :class:`http_api.client.rules._Router`
-and decodes the answer. :class:`_BaseClient` holds a core and a transport;
+:class:`_Core` builds the request of each operation (get, put, delete, incr,
+append, scan, txn, status), sends it through the rules of
+:class:`http_api.client.rules._Router` and decodes the answer. Writes are
+built as :class:`_Write` requests first, so that an idempotent producer
+(:mod:`http_api.client.producer`) sends exactly the same requests with its
+headers added. :class:`_BaseClient` holds a core and a transport;
 :class:`http_api.client.RkvClient` and :class:`http_api.client.AsyncRkvClient`
 only run its plans, performing each request and sleep they yield.
 """
@@ -11,26 +14,54 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from http_api.client.errors import RkvClientError
-from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult, to_bytes
+from http_api.client.model import (
+    BytesLike,
+    Compare,
+    Item,
+    Op,
+    ScanPage,
+    TxnResult,
+    int64_arg,
+    to_bytes,
+)
 from http_api.client.rules import RetryPolicy, _Router
 from http_api.client.wire import (
     DEFAULT_URL,
     _check_consistency,
+    _incr_value_of,
     _item,
     _Plan,
     _query,
+    _Reply,
+    _size_of,
     _txn_body,
-    _txn_result,
+    _txn_of,
+    _txn_raw_of,
     _version_arg,
     _version_of,
     key_path,
 )
 
+T = TypeVar("T")
 TransportT = TypeVar("TransportT")
+
+
+@dataclass(frozen=True, slots=True)
+class _Write(Generic[T]):
+    """A write as a request and the decoder of its answer: a plain client sends
+    it through :meth:`_Core.write`, a producer with its headers added
+    (:mod:`http_api.client.producer`)."""
+
+    method: str
+    target: str
+    body: bytes | None
+    headers: Mapping[str, str]
+    decode: Callable[[_Reply], T]
 
 
 class _Core(_Router):
@@ -51,9 +82,19 @@ class _Core(_Router):
             ) from None
         return Item(raw, reply.body, version, create_version)
 
-    def put(
-        self, key: BytesLike, value: BytesLike, if_version: int | None, create_only: bool
-    ) -> _Plan[int]:
+    def write(self, request: _Write[T]) -> _Plan[T]:
+        """A plain write: retried only when it was certainly not applied."""
+        reply = yield from self.call(
+            request.method, request.target, request.body, request.headers, write=True
+        )
+        return request.decode(reply)
+
+    # -- writes as requests ----------------------------------------------------------
+
+    @staticmethod
+    def put_request(
+        key: BytesLike, value: BytesLike, if_version: int | None, create_only: bool
+    ) -> _Write[int]:
         raw = to_bytes(key, "key")
         headers = {"Content-Type": "application/octet-stream"}
         if if_version is not None and create_only:
@@ -62,14 +103,67 @@ class _Core(_Router):
             headers["If-Match"] = f'"{_version_arg(if_version)}"'
         if create_only:
             headers["If-None-Match"] = "*"
-        reply = yield from self.call("PUT", key_path(raw), to_bytes(value), headers, write=True)
-        return _version_of(reply)
+        return _Write("PUT", key_path(raw), to_bytes(value), headers, _version_of)
 
-    def delete(self, key: BytesLike, if_version: int | None) -> _Plan[int]:
+    @staticmethod
+    def delete_request(key: BytesLike, if_version: int | None) -> _Write[int]:
         raw = to_bytes(key, "key")
         headers = {} if if_version is None else {"If-Match": f'"{_version_arg(if_version)}"'}
-        reply = yield from self.call("DELETE", key_path(raw), None, headers, write=True)
-        return _version_of(reply)
+        return _Write("DELETE", key_path(raw), None, headers, _version_of)
+
+    @staticmethod
+    def incr_request(key: BytesLike, by: int) -> _Write[int]:
+        target = key_path(to_bytes(key, "key")) + _query({"op": "incr", "by": int64_arg(by)})
+        return _Write("POST", target, None, {}, _incr_value_of)
+
+    @staticmethod
+    def append_request(key: BytesLike, value: BytesLike) -> _Write[int]:
+        target = key_path(to_bytes(key, "key")) + _query({"op": "append"})
+        headers = {"Content-Type": "application/octet-stream"}
+        return _Write("POST", target, to_bytes(value), headers, _size_of)
+
+    @staticmethod
+    def txn_raw_request(body: Mapping[str, Any], encoding: str) -> _Write[dict[str, Any]]:
+        if encoding not in ("base64", "utf-8"):
+            raise ValueError("encoding must be base64 or utf-8")
+        payload = json.dumps(body).encode()
+        target = "/v1/txn" + ("?encoding=utf-8" if encoding == "utf-8" else "")
+        headers = {"Content-Type": "application/json"}
+        return _Write("POST", target, payload, headers, _txn_raw_of)
+
+    @staticmethod
+    def txn_request(
+        compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+    ) -> _Write[TxnResult]:
+        payload = json.dumps(_txn_body(compare, success, failure)).encode()
+        headers = {"Content-Type": "application/json"}
+        return _Write("POST", "/v1/txn", payload, headers, _txn_of)
+
+    # -- plain writes ------------------------------------------------------------------
+
+    def put(
+        self, key: BytesLike, value: BytesLike, if_version: int | None, create_only: bool
+    ) -> _Plan[int]:
+        return self.write(self.put_request(key, value, if_version, create_only))
+
+    def delete(self, key: BytesLike, if_version: int | None) -> _Plan[int]:
+        return self.write(self.delete_request(key, if_version))
+
+    def incr(self, key: BytesLike, by: int) -> _Plan[int]:
+        return self.write(self.incr_request(key, by))
+
+    def append(self, key: BytesLike, value: BytesLike) -> _Plan[int]:
+        return self.write(self.append_request(key, value))
+
+    def txn_raw(self, body: Mapping[str, Any], encoding: str) -> _Plan[dict[str, Any]]:
+        return self.write(self.txn_raw_request(body, encoding))
+
+    def txn(
+        self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+    ) -> _Plan[TxnResult]:
+        return self.write(self.txn_request(compare, success, failure))
+
+    # -- reads -------------------------------------------------------------------------
 
     def scan_page(
         self,
@@ -104,24 +198,6 @@ class _Core(_Router):
     ) -> _ScanPages:
         """Every page of a scan, each a plan: ``while (plan := pages.next()) is not None``."""
         return _ScanPages(self, prefix, limit, consistency, min_version)
-
-    def txn_raw(self, body: Mapping[str, Any], encoding: str) -> _Plan[dict[str, Any]]:
-        if encoding not in ("base64", "utf-8"):
-            raise ValueError("encoding must be base64 or utf-8")
-        payload = json.dumps(body).encode()
-        target = "/v1/txn" + ("?encoding=utf-8" if encoding == "utf-8" else "")
-        headers = {"Content-Type": "application/json"}
-        reply = yield from self.call("POST", target, payload, headers, write=True)
-        result = reply.json()
-        if not isinstance(result, dict):
-            raise RkvClientError("the server sent a malformed txn result", code="bad_response")
-        return result
-
-    def txn(
-        self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
-    ) -> _Plan[TxnResult]:
-        raw = yield from self.txn_raw(_txn_body(compare, success, failure), "base64")
-        return _txn_result(raw)
 
     def status(self, url: str | None, timeout: float | None) -> _Plan[dict[str, Any]]:
         only = None if url is None else self.learn(url)

@@ -7,14 +7,20 @@ other members' URLs are learned from it too). When to retry, bounded by
 
 - reads (get, scan, status) retry on connection errors, timeouts and 503 on
   the other nodes, with a growing, jittered pause between rounds;
-- writes (put, delete, txn) retry only when the write was certainly not
+- writes (put, delete, incr, append, txn) retry only when the write was certainly not
   applied: the connection could not be opened (nothing was sent), or the node
   answered 503 with code ``not_applied``, ``no_leader`` or ``overloaded``
   (honouring Retry-After). A connection lost after the request went out, a
   timeout waiting for the answer, or a 503 ``unknown_outcome`` raise
   :class:`UnknownOutcomeError`;
 - a 307 (a ``consistency=leader`` read on a follower) is followed to the
-  leader named in Location.
+  leader named in Location;
+- an idempotent producer's write (:meth:`_Router.call_resendable`, used by
+  :mod:`http_api.client.producer`) is sent again, unchanged, on every unknown
+  or transient outcome (a lost connection, a timeout, any 503, a 5xx) until an
+  answer comes or its deadline passes: its producer id, epoch and sequence
+  make the server apply it at most once and answer a repeat with the first
+  result. A plain write has nothing that would make that safe.
 """
 
 from __future__ import annotations
@@ -79,6 +85,22 @@ class RetryPolicy:
         """The pause before retry number ``retry`` (1, 2, ...): equal jitter."""
         ceiling = min(self.max_backoff, self.initial_backoff * 2.0 ** max(0, retry - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class _Resent:
+    """How :meth:`_Router.call_resendable` ended.
+
+    ``reply``: the first answer that is neither a redirect nor a 5xx (None: the
+    deadline passed first, ``error`` says why the last attempt failed).
+    ``maybe_applied``: some attempt reached a node and got no answer saying it
+    was not applied. ``base``: the node that answered.
+    """
+
+    reply: _Reply | None
+    base: str | None
+    maybe_applied: bool
+    error: RkvClientError | None = None
 
 
 @dataclass
@@ -212,6 +234,117 @@ class _Router:
                 self._refused(state, base, outcome)
         raise state.last_error or self._unreachable()
 
+    def call_resendable(
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        *,
+        deadline: float,
+    ) -> _Plan[_Resent]:
+        """A write that is safe to send again (an idempotent producer's): to the
+        leader, again and again, until a node gives a definitive answer (2xx or
+        4xx) or ``deadline`` (``time.monotonic()``) passes.
+
+        Redirects are followed and the leader rediscovered as for any write;
+        pauses follow the retry policy's backoff (and Retry-After), not its
+        ``max_attempts`` / ``max_elapsed``. Each attempt's timeout is cut to the
+        time left (0.5 s at least).
+        """
+        state = _CallState(write=True)
+        maybe_applied = False
+        while True:
+            if state.attempt > 0 and time.monotonic() + state.pause >= deadline:
+                return _Resent(None, None, maybe_applied, state.last_error or self._unreachable())
+            if state.pause > 0:
+                yield _Sleep(state.pause)
+            state.attempt += 1
+            state.pause = 0.0
+            if state.redirect is not None:
+                (base, path), state.redirect = state.redirect, None
+            else:
+                picked = yield from self._pick(state.failed, write=True, stale=False)
+                if picked is None:
+                    self._nowhere_to_send(state)
+                    continue
+                base, path = picked, target
+            timeout = min(self.timeout, max(0.5, deadline - time.monotonic()))
+            outcome = yield from _exchange(_Send(base, method, path, body, headers, timeout))
+            if isinstance(outcome, _Failure):
+                maybe_applied = self._resend_failed(state, base, outcome) or maybe_applied
+            elif outcome.status < 300 or 400 <= outcome.status < 500:
+                return _Resent(outcome, base, maybe_applied)
+            elif self._resend_refused(state, base, outcome):
+                maybe_applied = True
+
+    def _resend_failed(self, state: _CallState, base: str, failure: _Failure) -> bool:
+        """No answer to a resendable write; True when it may have been applied."""
+        state.failed.add(base)
+        self.forget_leader(base)
+        self.last_failure = f"{base}: {_describe(failure)}"
+        if failure.sent:
+            state.last_error = UnknownOutcomeError(
+                f"lost the connection to {base} after sending the write ({_describe(failure)})",
+                url=base,
+            )
+        else:
+            state.last_error = ClusterUnreachableError(
+                f"cannot reach {self.last_failure}", url=base
+            )
+        if all(n in state.failed for n in self.nodes):
+            state.failed.clear()
+            state.pause = self.retry.backoff(state.attempt)
+        return failure.sent
+
+    def _resend_refused(self, state: _CallState, base: str, reply: _Reply) -> bool:
+        """A 3xx or 5xx to a resendable write: arrange the next attempt. True when
+        the write may have been applied."""
+        error = error_from_reply(reply, base)
+        location = reply.headers.get("location")
+        maybe_applied = False
+        if reply.status in (301, 302, 307, 308) and location:
+            if self._follow(state, reply, location, error):
+                return False
+            state.redirects = 0  # a redirect loop: start again from discovery
+            self.forget_leader()
+        elif reply.status >= 500:
+            maybe_applied = reply.status != 503 or error.code not in SAFE_WRITE_RETRY_CODES
+            if reply.status != 503:
+                error = UnknownOutcomeError(
+                    f"{base} answered HTTP {reply.status} ({error.code}: {error.message})",
+                    code=error.code,
+                    status=reply.status,
+                    url=base,
+                )
+            if error.code != "overloaded":
+                self.forget_leader(base)
+        state.last_error = error
+        retry_after = error.retry_after if isinstance(error, UnavailableError) else None
+        state.pause = max(self.retry.backoff(state.attempt), retry_after or 0.0)
+        return maybe_applied
+
+    def _follow(
+        self, state: _CallState, reply: _Reply, location: str, error: RkvClientError
+    ) -> bool:
+        """Arrange to follow a redirect; False when too many were followed already."""
+        if state.redirects >= MAX_REDIRECTS:
+            return False
+        state.redirects += 1
+        state.last_error = error
+        moved = urlsplit(location)
+        try:
+            new_base = self.learn(f"{moved.scheme}://{moved.netloc}")
+        except ValueError:
+            raise error from None
+        if reply.status == 307:
+            self.leader = new_base  # rkv redirects only to the leader
+        if new_base in state.failed:
+            state.pause = self.retry.backoff(state.attempt)
+        else:
+            state.redirect = (new_base, moved.path + (f"?{moved.query}" if moved.query else ""))
+        return True
+
     def _nowhere_to_send(self, state: _CallState) -> None:
         if all(n in state.failed for n in self.nodes):
             state.last_error = self._unreachable()
@@ -243,20 +376,11 @@ class _Router:
         """A non-2xx answer: raise, or arrange the retry (a redirect or a pause)."""
         error = error_from_reply(reply, base)
         location = reply.headers.get("location")
-        if reply.status in (301, 302, 307, 308) and location and state.redirects < MAX_REDIRECTS:
-            state.redirects += 1
-            state.last_error = error
-            moved = urlsplit(location)
-            try:
-                new_base = self.learn(f"{moved.scheme}://{moved.netloc}")
-            except ValueError:
-                raise error from None
-            if reply.status == 307:
-                self.leader = new_base  # rkv redirects only to the leader
-            if new_base in state.failed:
-                state.pause = self.retry.backoff(state.attempt)
-            else:
-                state.redirect = (new_base, moved.path + (f"?{moved.query}" if moved.query else ""))
+        if (
+            reply.status in (301, 302, 307, 308)
+            and location
+            and self._follow(state, reply, location, error)
+        ):
             return
         if reply.status != 503:
             if state.write and reply.status >= 500:

@@ -1,5 +1,6 @@
 """The blocking client: :class:`RkvClient` over http.client (standard library
-only), one persistent keep-alive connection per node.
+only), one persistent keep-alive connection per node; and :class:`Producer`,
+its idempotent producer.
 
 Not safe to share between threads. Close it (or use ``with``).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import http.client
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +19,8 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
-from http_api.client.operations import _BaseClient
+from http_api.client.operations import _BaseClient, _Write
+from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
 from http_api.client.rules import IDLE_RECONNECT
 from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
 
@@ -151,6 +154,58 @@ class RkvClient(_BaseClient[_SyncTransport]):
         """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
         return self._run(self._core.delete(key, if_version))
 
+    def incr(self, key: BytesLike, by: int = 1) -> int:
+        """Add ``by`` (signed 64-bit) to the decimal integer at ``key`` (absent: 0);
+        returns the new value. Raises NotAnIntegerError, IntegerOverflowError."""
+        return self._run(self._core.incr(key, by))
+
+    def append(self, key: BytesLike, value: BytesLike) -> int:
+        """Append ``value`` to the key's value (absent: create it); returns the new size.
+        Raises PayloadTooLargeError past the value size limit."""
+        return self._run(self._core.append(key, value))
+
+    def producer(
+        self,
+        transactional_id: str | None = None,
+        *,
+        reinit_on_fence: bool = False,
+        deadline: float = DEFAULT_DEADLINE,
+    ) -> Producer:
+        """Register an idempotent producer (``POST /v1/producers``) writing through this
+        client. With ``transactional_id``: the same producer id with the next epoch,
+        which fences every producer holding an older one. ``deadline``: seconds each
+        of its calls keeps sending its write. The rules: :mod:`http_api.client.producer`."""
+        state = _ProducerCore(
+            self._core, transactional_id, reinit_on_fence=reinit_on_fence, deadline=deadline
+        )
+        self._run(state.init())
+        return Producer(self, state)
+
+    def resume_producer(
+        self,
+        producer_id: int,
+        epoch: int,
+        next_sequence: int = 0,
+        *,
+        transactional_id: str | None = None,
+        reinit_on_fence: bool = False,
+        deadline: float = DEFAULT_DEADLINE,
+    ) -> Producer:
+        """A producer registered before (by this process or another), writing from
+        ``next_sequence`` on; nothing is sent now. Resending a sequence already used
+        returns that write's original result (``last_was_duplicate``).
+        ``transactional_id``: what ``reinit()`` registers again."""
+        state = _ProducerCore.resumed(
+            self._core,
+            producer_id,
+            epoch,
+            next_sequence,
+            transactional_id=transactional_id,
+            reinit_on_fence=reinit_on_fence,
+            deadline=deadline,
+        )
+        return Producer(self, state)
+
     def scan_page(
         self,
         prefix: BytesLike = b"",
@@ -206,3 +261,67 @@ class RkvClient(_BaseClient[_SyncTransport]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class Producer(_ProducerView):
+    """An idempotent producer on a :class:`RkvClient` (``client.producer()``).
+
+    Every write carries the producer's id, epoch and next sequence and is sent
+    again with the same sequence on any unknown or transient outcome, for up to
+    ``deadline`` seconds: the server applies each sequence once. One write at a
+    time (a lock): use several producers for parallelism. The rules, the
+    exceptions and what happens after a deadline: :mod:`http_api.client.producer`.
+    """
+
+    def __init__(self, client: RkvClient, state: _ProducerCore) -> None:
+        self._client = client
+        self._state = state
+        self._lock = threading.Lock()
+
+    def _write(self, request: _Write[T]) -> T:
+        with self._lock:
+            return self._client._run(self._state.write(request))
+
+    def put(
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        *,
+        if_version: int | None = None,
+        create_only: bool = False,
+    ) -> int:
+        """Set the key; returns its new version."""
+        return self._write(self._client._core.put_request(key, value, if_version, create_only))
+
+    def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+        """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
+        return self._write(self._client._core.delete_request(key, if_version))
+
+    def incr(self, key: BytesLike, by: int = 1) -> int:
+        """Add ``by`` to the integer at ``key``; returns the new value."""
+        return self._write(self._client._core.incr_request(key, by))
+
+    def append(self, key: BytesLike, value: BytesLike) -> int:
+        """Append ``value`` to the key's value; returns the new size."""
+        return self._write(self._client._core.append_request(key, value))
+
+    def txn(
+        self,
+        compare: Sequence[Compare] = (),
+        success: Sequence[Op] = (),
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        """Atomically: if every compare holds run ``success``, else ``failure``."""
+        return self._write(self._client._core.txn_request(compare, success, failure))
+
+    def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+        """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
+        return self._write(self._client._core.txn_raw_request(body, encoding))
+
+    def reinit(self) -> None:
+        """Register again: with a transactional id the same producer id and the next
+        epoch (this fences the older ones), else a new producer id. Sequences start
+        from 0; a pending write is abandoned (with a transactional id, the new epoch
+        guarantees it can no longer be applied)."""
+        with self._lock:
+            self._client._run(self._state.init())

@@ -19,14 +19,20 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from http_api.client.errors import (
+    ConflictError,
+    IntegerOverflowError,
     InvalidRequestError,
     KeyNotFoundError,
+    NotAnIntegerError,
     NotAppliedError,
     OverloadedError,
     PayloadTooLargeError,
+    ProducerFencedError,
     RkvClientError,
+    SequenceError,
     UnavailableError,
     UnknownOutcomeError,
+    UnknownProducerError,
     VersionConflictError,
 )
 from http_api.client.model import Compare, Item, Op, TxnOpResult, TxnResult
@@ -196,26 +202,64 @@ def _item(raw: Any) -> Item:
 def _txn_result(raw: dict[str, Any]) -> TxnResult:
     results = []
     for op in raw.get("results", []):
+        if not isinstance(op, dict):
+            raise RkvClientError("the server sent a malformed txn result", code="bad_response")
         kind = str(op.get("op"))
         value = op.get("value")
+        integer: int | None = None
+        if kind == "incr":
+            # The new integer; the key now holds it as decimal text.
+            integer = _int_field(op, "value")
+            data: bytes | None = str(integer).encode()
+        else:
+            data = None if value is None else _unb64(value, "value")
         results.append(
             TxnOpResult(
                 op=kind,
                 key=_unb64(op.get("key"), "key"),
-                found=bool(op.get("found", kind == "put")),
+                found=bool(op.get("found", kind in ("put", "incr", "append"))),
                 version=int(op.get("version", 0)),
                 create_version=int(op.get("create_version", 0)),
-                value=None if value is None else _unb64(value, "value"),
+                value=data,
+                integer=integer,
             )
         )
     return TxnResult(bool(raw.get("succeeded")), int(raw.get("version", 0)), tuple(results))
 
 
+def _int_field(body: Any, name: str) -> int:
+    value = body.get(name) if isinstance(body, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RkvClientError(f"the server sent no integer {name}", code="bad_response")
+    return value
+
+
 def _version_of(reply: _Reply) -> int:
-    body = reply.json()
-    if not isinstance(body, dict) or not isinstance(body.get("version"), int):
-        raise RkvClientError("the server sent no version", code="bad_response")
-    return int(body["version"])
+    return _int_field(reply.json(), "version")
+
+
+def _incr_value_of(reply: _Reply) -> int:
+    return _int_field(reply.json(), "value")
+
+
+def _size_of(reply: _Reply) -> int:
+    return _int_field(reply.json(), "size")
+
+
+def _txn_of(reply: _Reply) -> TxnResult:
+    return _txn_result(_txn_raw_of(reply))
+
+
+def _txn_raw_of(reply: _Reply) -> dict[str, Any]:
+    result = reply.json()
+    if not isinstance(result, dict):
+        raise RkvClientError("the server sent a malformed txn result", code="bad_response")
+    return result
+
+
+def is_duplicate(reply: _Reply) -> bool:
+    """The answer repeats an idempotent producer's earlier result (``Rkv-Duplicate``)."""
+    return reply.headers.get("rkv-duplicate", "").strip().lower() == "true"
 
 
 def _describe(failure: _Failure) -> str:
@@ -234,6 +278,16 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None  # an HTTP date: rkv never sends one
+
+
+_CONFLICTS: dict[str, type[ConflictError]] = {
+    "not_an_integer": NotAnIntegerError,
+    "integer_overflow": IntegerOverflowError,
+    "producer_fenced": ProducerFencedError,
+    "unknown_producer": UnknownProducerError,
+    "out_of_order_sequence": SequenceError,
+    "duplicate_sequence_too_old": SequenceError,
+}
 
 
 def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
@@ -259,6 +313,9 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
         return PayloadTooLargeError(message, **common)
     if status == 400:
         return InvalidRequestError(message, **common)
+    if status == 409:
+        conflict: type[ConflictError] = _CONFLICTS.get(code or "", ConflictError)
+        return conflict(message, **common)
     if status == 503:
         retry_after = _retry_after(reply.headers)
         kind: type[UnavailableError] = UnavailableError

@@ -244,3 +244,83 @@ def test_status_marks_a_stopped_node_unreachable(kv: LocalCluster) -> None:
     finally:
         kv.start_node(index)
         kv.wait_ready(nodes=kv.nodes)
+
+
+# -- incr, append and idempotent producers ---------------------------------------------------
+
+
+def test_incr_and_append(kv: LocalCluster) -> None:
+    url = kv.nodes[0].url
+    assert out(rkv("incr", "cliincr/n", url=url)).strip() == "1"
+    assert out(rkv("incr", "cliincr/n", "--by", "41", url=url)).strip() == "42"
+    assert out(rkv("incr", "cliincr/n", "--by", "-50", url=url)).strip() == "-8"
+    assert rkv("get", "cliincr/n", url=url).stdout == b"-8"
+    assert out(rkv("append", "cliincr/s", "ab", url=url)).strip() == "2"
+    assert out(rkv("append", "cliincr/s", "-", url=url, stdin=b"\x00cd")).strip() == "5"
+    assert rkv("get", "cliincr/s", url=url).stdout == b"ab\x00cd"
+
+    not_int = rkv("incr", "cliincr/s", url=url)
+    assert not_int.returncode == 1 and not_int.stdout == b""
+    assert err(not_int).startswith("rkv incr cliincr/s: ") and "[not_an_integer]" in err(not_int)
+    for bad in (["--by", "x"], ["--by", str(2**63)], ["--by", "1.5"]):
+        usage = rkv("incr", "cliincr/n", *bad, url=url)
+        assert usage.returncode == 2 and "--by" in err(usage), bad
+
+
+def test_producer_init_and_exactly_once_writes(kv: LocalCluster) -> None:
+    url = kv.nodes[1].url
+    init = rkv("producer", "init", url=url)
+    assert init.returncode == 0, err(init)
+    producer_id, epoch = (int(x) for x in out(init).split())
+    assert epoch == 0
+
+    def write(
+        sequence: int, *args: str, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        return rkv(*args, "--producer", f"{producer_id}:{epoch}:{sequence}", url=url, stdin=stdin)
+
+    first = write(0, "incr", "cliprod/n", "--by", "5")
+    assert (first.returncode, out(first).strip(), err(first)) == (0, "5", "")
+    # A script retrying the same triple (its first answer was lost): the original
+    # answer, a note on stderr, nothing applied again.
+    retried = write(0, "incr", "cliprod/n", "--by", "5")
+    assert retried.returncode == 0 and out(retried).strip() == "5"
+    assert "note:" in err(retried) and "applied before" in err(retried)
+    assert rkv("get", "cliprod/n", url=url).stdout == b"5"
+
+    assert out(write(1, "append", "cliprod/s", "ab")).strip() == "2"
+    version = int(out(write(2, "put", "cliprod/k", "v")))
+    conflict = write(3, "put", "cliprod/k", "w", "--if-version", str(version + 100))
+    assert conflict.returncode == 1 and "version conflict" in err(conflict)
+    again = write(3, "put", "cliprod/k", "w", "--if-version", str(version + 100))
+    assert again.returncode == 1 and "note:" in err(again)  # the same refusal, remembered
+    body = json.dumps({"success": [{"op": "incr", "key": "cliprod/n", "by": 2}]}).encode()
+    txn = write(4, "txn", "-", "--utf-8", stdin=body)
+    assert txn.returncode == 0 and json.loads(out(txn))["results"][0]["value"] == 7
+    assert json.loads(out(write(4, "txn", "-", "--utf-8", stdin=body))) == json.loads(out(txn))
+    assert int(out(write(5, "delete", "cliprod/k"))) > version
+    assert rkv("get", "cliprod/n", url=url).stdout == b"7"
+
+    skipped = write(9, "incr", "cliprod/n")
+    assert skipped.returncode == 1 and "[out_of_order_sequence]" in err(skipped)
+
+    # The same transactional id: the same producer, the next epoch, the older fenced.
+    named = [rkv("producer", "init", "--transactional-id", "cli-app", "--json", url=url)]
+    named.append(rkv("producer", "init", "--transactional-id", "cli-app", "--json", url=url))
+    first_init, second_init = (json.loads(out(r)) for r in named)
+    assert first_init["producer_id"] == second_init["producer_id"]
+    assert second_init["epoch"] == first_init["epoch"] + 1
+    old = f"{first_init['producer_id']}:{first_init['epoch']}:0"
+    fenced = rkv("incr", "cliprod/n", "--producer", old, url=url)
+    assert fenced.returncode == 1 and "[producer_fenced]" in err(fenced)
+    assert rkv("get", "cliprod/n", url=url).stdout == b"7"
+
+
+def test_bad_producer_values_are_usage_errors() -> None:
+    cases = [(["incr", "k"], value) for value in ("1:2", "a:b:c", "", "1::3", f"{2**63}:0:0")]
+    cases += [(command, "1:2:-3") for command in (["put", "k", "v"], ["delete", "k"])]
+    cases += [(command, "1:2:3:4") for command in (["append", "k", "v"], ["txn", "-"])]
+    for command, value in cases:
+        result = rkv(*command, f"--producer={value}", "--url", "http://127.0.0.1:9")
+        assert result.returncode == 2, (value, command, err(result))
+        assert "--producer" in err(result) and "ID:EPOCH:SEQ" in err(result)

@@ -73,3 +73,27 @@ def test_node_without_required_flags_exits_2() -> None:
     result = rkv("node", "--id", "a")
     assert result.returncode == 2
     assert "--data-dir" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_client_write_commands_parse_producer_triples_and_incr_amounts() -> None:
+    from node.cli import build_parser  # noqa: PLC0415
+
+    parser = build_parser()
+    args = parser.parse_args(["incr", "k", "--by", "-3", "--producer", "7:2:0"])
+    assert (args.command, args.key, args.by, args.producer) == ("incr", "k", -3, (7, 2, 0))
+    assert parser.parse_args(["incr", "k"]).by == 1
+    for command in (["put", "k", "v"], ["delete", "k"], ["append", "k", "v"], ["txn", "f"]):
+        assert parser.parse_args([*command, "--producer", "1:0:9"]).producer == (1, 0, 9)
+        assert parser.parse_args(command).producer is None
+    init = parser.parse_args(["producer", "init", "--transactional-id", "app", "--json"])
+    assert (init.producer_command, init.transactional_id, init.json) == ("init", "app", True)
+
+
+def test_a_bad_producer_triple_is_a_usage_error_without_a_traceback() -> None:
+    for value in ("7:2", "x:1:2", "1:2:-1", "1:2:3:4", " 1:2:3"):
+        result = rkv("incr", "k", f"--producer={value}", "--url", "http://127.0.0.1:9")
+        assert result.returncode == 2, value
+        assert "argument --producer: must be ID:EPOCH:SEQ" in result.stderr
+        assert "Traceback" not in result.stderr
+    missing = rkv("producer")
+    assert missing.returncode == 2 and "init" in missing.stderr

@@ -31,8 +31,11 @@ class Savepoint:
 
 class EntryWriter:
     __slots__ = (
+        "_known_producers",
+        "_loaded_producers",
         "_savepoint",
         "dirty_producers",
+        "flushed_producers",
         "offset",
         "pending",
         "producers",
@@ -42,7 +45,14 @@ class EntryWriter:
         "view",
     )
 
-    def __init__(self, raft_index: int, timestamp_ms: int, offset: int, view: ReadView) -> None:
+    def __init__(
+        self,
+        raft_index: int,
+        timestamp_ms: int,
+        offset: int,
+        view: ReadView,
+        known_producers: dict[int, tuple[int, ProducerState]] | None = None,
+    ) -> None:
         self.raft_index = raft_index
         self.timestamp_ms = timestamp_ms
         self.offset = offset
@@ -51,6 +61,9 @@ class EntryWriter:
         self.records: list[Record] = []
         self.producers: dict[int, ProducerState | None] = {}
         self.dirty_producers: set[int] = set()
+        self.flushed_producers: dict[int, tuple[int, ProducerState]] = {}
+        self._known_producers = known_producers or {}
+        self._loaded_producers: dict[int, StoredValue | None] = {}
         self._savepoint: Savepoint | None = None
 
     def current(self, key: bytes) -> StoredValue | None:
@@ -109,10 +122,22 @@ class EntryWriter:
     # -- producer state ---------------------------------------------------------
 
     def producer(self, producer_id: int) -> ProducerState | None:
-        """The producer's state as of this point of the entry (decoded once)."""
+        """The producer's state as of this point of the entry (decoded once).
+
+        ``known_producers`` (id -> (version of its state record, state)) spares
+        the decoding: an entry is used, as a copy, only while the stored record
+        still has that version, so any other writer of the key invalidates it."""
         if producer_id not in self.producers:
             stored = self.current(producer_key(producer_id))
-            self.producers[producer_id] = None if stored is None else decode_state(stored.value)
+            self._loaded_producers[producer_id] = stored
+            state = None
+            if stored is not None:
+                known = self._known_producers.get(producer_id)
+                if known is not None and known[0] == stored.version:
+                    state = known[1].copy()
+                else:
+                    state = decode_state(stored.value)
+            self.producers[producer_id] = state
         return self.producers[producer_id]
 
     def set_producer(self, producer_id: int, state: ProducerState | None) -> None:
@@ -132,5 +157,10 @@ class EntryWriter:
             state = self.producers[producer_id]
             assert state is not None
             key = producer_key(producer_id)
-            self.put(key, encode_state(state), self.current(key))
+            # Its record as loaded, unless this entry wrote it since (an init).
+            current = (
+                self.pending[key] if key in self.pending else self._loaded_producers[producer_id]
+            )
+            stored = self.put(key, encode_state(state), current)
+            self.flushed_producers[producer_id] = (stored.version, state)
         self.dirty_producers.clear()

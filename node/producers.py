@@ -37,7 +37,7 @@ PRODUCERS_PREFIX = RESERVED_PREFIX + b"producers/"
 """PRODUCERS_PREFIX + decimal producer id -> :func:`encode_state`."""
 PRODUCER_IDS_PREFIX = RESERVED_PREFIX + b"producer-ids/"
 """PRODUCER_IDS_PREFIX + transactional id (UTF-8) -> decimal producer id."""
-WINDOW = 5
+WINDOW = 5  # at most 15: encode_state relies on msgpack fixarrays
 """How many recent results a producer keeps (Kafka keeps 5 in-flight batches)."""
 DEFAULT_EXPIRY_MS = 7 * 24 * 3600 * 1000
 MAX_CACHED_VALUE_BYTES = 64 * 1024
@@ -63,6 +63,20 @@ def transactional_key(transactional_id: str) -> bytes:
     return PRODUCER_IDS_PREFIX + transactional_id.encode()
 
 
+class Remembered(NamedTuple):
+    """One applied sequence's result, with its encoding (kept: the state is
+    re-encoded after every write, and its results rarely change)."""
+
+    sequence: int
+    result: CommandResult
+    packed: bytes
+
+
+def _remembered(sequence: int, result: CommandResult) -> Remembered:
+    packed: bytes = msgpack.packb([sequence, _encode_result(result)], use_bin_type=True)
+    return Remembered(sequence, result, packed)
+
+
 @dataclass(slots=True)
 class ProducerState:
     epoch: int
@@ -70,7 +84,7 @@ class ProducerState:
     expiry_ms: int
     last_seen_ms: int
     last_sequence: int = -1
-    recent: list[tuple[int, CommandResult]] = field(default_factory=list)
+    recent: list[Remembered] = field(default_factory=list)
 
     def expired(self, now_ms: int) -> bool:
         return now_ms - self.last_seen_ms > self.expiry_ms
@@ -78,8 +92,18 @@ class ProducerState:
     def remember(self, sequence: int, result: CommandResult, now_ms: int) -> None:
         self.last_sequence = sequence
         self.last_seen_ms = max(self.last_seen_ms, now_ms)
-        self.recent.append((sequence, _cacheable(result)))
+        self.recent.append(_remembered(sequence, _cacheable(result)))
         del self.recent[:-WINDOW]
+
+    def copy(self) -> ProducerState:
+        return ProducerState(
+            self.epoch,
+            self.transactional_id,
+            self.expiry_ms,
+            self.last_seen_ms,
+            self.last_sequence,
+            list(self.recent),
+        )
 
 
 def admit(
@@ -106,7 +130,7 @@ def admit(
             message=f"sequence {sequence} skips ahead: the next expected is "
             f"{state.last_sequence + 1}",
         )
-    for seen, result in state.recent:
+    for seen, result, _ in state.recent:
         if seen == sequence:
             return result._replace(duplicate=True)
     return CommandResult(
@@ -152,7 +176,9 @@ def _decode_result(raw: list[Any]) -> CommandResult:
 
 
 def encode_state(state: ProducerState) -> bytes:
-    packed: bytes = msgpack.packb(
+    """msgpack ``[format, epoch, transactional id, expiry_ms, last_seen_ms,
+    last_sequence, [[sequence, result], ...]]``, reusing each result's encoding."""
+    fields: bytes = msgpack.packb(
         [
             _STATE_FORMAT,
             state.epoch,
@@ -160,11 +186,19 @@ def encode_state(state: ProducerState) -> bytes:
             state.expiry_ms,
             state.last_seen_ms,
             state.last_sequence,
-            [[seq, _encode_result(result)] for seq, result in state.recent],
         ],
         use_bin_type=True,
     )
-    return packed
+    # Both arrays are msgpack fixarrays (at most 15 items): a one-byte header each,
+    # so the six fields' array becomes the seven-item one by swapping that byte.
+    return b"".join(
+        (
+            bytes((0x97,)),
+            fields[1:],
+            bytes((0x90 | len(state.recent),)),
+            *(item.packed for item in state.recent),
+        )
+    )
 
 
 def decode_state(data: bytes) -> ProducerState:
@@ -179,7 +213,7 @@ def decode_state(data: bytes) -> ProducerState:
             expiry_ms,
             last_seen_ms,
             last_sequence,
-            [(seq, _decode_result(result)) for seq, result in recent],
+            [_remembered(seq, _decode_result(result)) for seq, result in recent],
         )
     except (ValueError, TypeError, KeyError, msgpack.ExtraData) as exc:
         raise EntryDecodeError(f"producer state cannot be decoded: {exc}") from exc

@@ -54,6 +54,7 @@ from node.errors import EntryDecodeError
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
 from node.lmdb_store import Change, LmdbStore, ReadView, StoredValue
 from node.producer_apply import decide_expire, decide_init, decide_produced
+from node.producers import ProducerState
 from node.record import Record, RecordOp
 from node.replay import replay
 from node.results import CommandResult, ResultCode
@@ -61,6 +62,8 @@ from node.results import CommandResult, ResultCode
 logger = logging.getLogger(__name__)
 
 _RECENT_RESULTS = 1024
+_KNOWN_PRODUCERS = 100_000
+"""Decoded producer states kept between entries (a few hundred bytes each)."""
 _ALREADY_APPLIED = (
     CommandResult(ResultCode.ALREADY_APPLIED, message="entry was applied before this call"),
 )
@@ -72,6 +75,8 @@ class StateMachine:
         self._store = store
         self._max_value_bytes = max_value_bytes
         self._recent: OrderedDict[int, tuple[CommandResult, ...]] = OrderedDict()
+        # Producer states decoded by earlier entries: id -> (record version, state).
+        self._producers: dict[int, tuple[int, ProducerState]] = {}
 
     @property
     def applied_index(self) -> int:
@@ -116,14 +121,23 @@ class StateMachine:
             )
             records: list[Record] = []
             changes: list[Change] = []
+            flushed: dict[int, tuple[int, ProducerState]] = {}
         else:
             with self._store.reader() as view:
-                results, records, changes = self._decide(raft_index, batch, view)
+                results, records, changes, flushed = self._decide(raft_index, batch, view)
         self._log.append(records)
         applied_offset = records[-1].offset if records else self._store.applied_offset
         self._store.write(changes, raft_index, applied_offset)
         self._remember(raft_index, results)
+        if flushed:
+            self._remember_producers(flushed)
         return results
+
+    def _remember_producers(self, flushed: dict[int, tuple[int, ProducerState]]) -> None:
+        """Keep the states written by an applied entry, decoded, for the next ones."""
+        if len(self._producers) + len(flushed) > _KNOWN_PRODUCERS:
+            self._producers.clear()
+        self._producers.update(flushed)
 
     def _remember(self, raft_index: int, results: tuple[CommandResult, ...]) -> None:
         self._recent[raft_index] = results
@@ -132,12 +146,20 @@ class StateMachine:
 
     def _decide(
         self, raft_index: int, batch: Batch, view: ReadView
-    ) -> tuple[tuple[CommandResult, ...], list[Record], list[Change]]:
-        writer = EntryWriter(raft_index, batch.timestamp_ms, self._log.next_offset, view)
+    ) -> tuple[
+        tuple[CommandResult, ...],
+        list[Record],
+        list[Change],
+        dict[int, tuple[int, ProducerState]],
+    ]:
+        writer = EntryWriter(
+            raft_index, batch.timestamp_ms, self._log.next_offset, view, self._producers
+        )
         results = self._decide_commands(writer, batch.commands)
         if writer.dirty_producers:
             writer.flush_producers()
-        return tuple(results), writer.records, list(writer.pending.items())
+        changes = list(writer.pending.items())
+        return tuple(results), writer.records, changes, writer.flushed_producers
 
     def _decide_commands(
         self, writer: EntryWriter, commands: Sequence[Command]

@@ -125,10 +125,19 @@ class RaftConsensus:
             dynamicMembershipChange=True,
         )
         partners = [m.raft_address for m in cfg.peers]
+        # No journal and no marker: a new member, or one whose raft state was lost.
+        amnesiac = (
+            not (journal_dir / JOURNAL_FILE).exists() and not (journal_dir / MARKER_FILE).exists()
+        )
         self._syncobj = await self._loop.run_in_executor(
             None,
             functools.partial(
-                RkvSyncObj, cfg.self_member.raft_address, partners, conf, self._apply
+                RkvSyncObj,
+                cfg.self_member.raft_address,
+                partners,
+                conf,
+                self._apply,
+                amnesiac=amnesiac,
             ),
         )
         if cfg.joining:
@@ -333,6 +342,7 @@ class RaftConsensus:
             "id": me.node_id,
             "url": me.http_url,
             "role": _STATE_NAMES.get(raw["state"], str(raw["state"])),
+            "votes": not syncobj.amnesiac,
             "leader": None if leader is None else {"id": leader.node_id, "url": leader.http_url},
             "term": raw["raft_term"],
             "commit_index": raw["commit_idx"],

@@ -55,8 +55,13 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         partner_addresses: list[str],
         conf: SyncObjConf,
         applier: EntryApplier,
+        *,
+        amnesiac: bool = False,
     ) -> None:
         # Set before SyncObj.__init__: its thread may replay the journal at once.
+        self._rkv_amnesiac = amnesiac
+        self._rkv_catch_up_target: int | None = None
+        self._rkv_refused_terms: set[int] = set()
         self._rkv_applier = applier
         self._rkv_synced: tuple[int, int] | None = None
         self._rkv_timeouts: tuple[float, float] | None = None
@@ -90,6 +95,52 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         else:  # not pysyncobj 0.3.17's FileJournal: its own msync
             journal.flush()
         self._rkv_synced = (index, term)
+
+    # -- a member that lost its raft state ----------------------------------------
+    #
+    # Raft's safety rests on every committed entry being held by a majority, and a
+    # voter only granting its vote to a candidate whose log is at least as complete
+    # as its own. A member restarted with an empty raft state (its data directory
+    # wiped or lost, or restored from a snapshot) no longer holds what it
+    # acknowledged, yet pysyncobj would let it vote at once, for any candidate. With
+    # one other member behind (just restarted), the two could elect that member and
+    # lose entries committed by the rest: the chaos campaign found exactly this. So
+    # such a member ("amnesiac") grants no vote to a candidate that has any history
+    # until it has caught up: its log reaches the commit index a leader announced in
+    # the first append_entries it received. In a brand-new cluster every candidate's
+    # log is still empty, so the first election is unaffected.
+
+    @property
+    def amnesiac(self) -> bool:
+        """True while this member, started without raft state, has not caught up."""
+        return self._rkv_amnesiac
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if (
+            self._rkv_amnesiac
+            and kind == "request_vote"
+            and (message.get("last_log_index", 0) > 1 or message.get("last_log_term", 0) > 0)
+        ):
+            term = message.get("term", 0)
+            if term not in self._rkv_refused_terms:
+                self._rkv_refused_terms.add(term)
+                logger.warning(
+                    "refusing to vote in term %s: this member started without raft state "
+                    "and has not caught up with a leader yet",
+                    term,
+                )
+            return
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+        if self._rkv_amnesiac and kind == "append_entries":
+            if self._rkv_catch_up_target is None:
+                self._rkv_catch_up_target = int(message.get("commit_index", 0))
+            if self._SyncObj__getCurrentLogIndex() >= self._rkv_catch_up_target:
+                self._rkv_amnesiac = False
+                logger.info(
+                    "caught up with the leader's log (index %d): this member votes again",
+                    self._rkv_catch_up_target,
+                )
 
     def stop_campaigning(self) -> None:
         """Never start an election again (this process): a stalled node must not lead.

@@ -61,17 +61,12 @@ def test_a_wiped_member_and_a_stale_one_cannot_elect_a_leader_missing_writes(
         cluster.start_node(holder)
         cluster.wait_ready(60, nodes=cluster.nodes)
         for node in cluster.nodes:
-            wait_until(
-                lambda node=node: (
-                    {
-                        i["key"]: i["value"]
-                        for i in scan_all(node.url, b"k", query="consistency=stale")
-                    }
-                    == written
-                ),
-                60,
-                f"{node.node_id} to hold every acknowledged write",
-            )
+
+            def holds_everything(url: str = node.url) -> bool:
+                items = scan_all(url, b"k", query="consistency=stale")
+                return {i["key"]: i["value"] for i in items} == written
+
+            wait_until(holds_everything, 60, f"{node.node_id} to hold every acknowledged write")
         assert (cluster.nodes[wiped].status() or {}).get("votes") is True
     finally:
         cluster.stop()

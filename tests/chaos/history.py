@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -99,3 +99,34 @@ class History:
 
 def load(lines: Iterable[str]) -> list[Op]:
     return [Op(**json.loads(line)) for line in lines if line.strip()]
+
+
+# -- relations between operations, for the checks (checker.py, linearizability.py) --------
+
+
+def precedes(first: Op, second: Op) -> bool:
+    """True when ``first`` certainly completed before ``second`` was invoked."""
+    return first.complete is not None and first.complete < second.invoke
+
+
+def may_have_happened(op: Op) -> bool:
+    return op.outcome in ("ok", "unknown")
+
+
+def is_write(op: Op) -> bool:
+    """A write or a compare-and-set."""
+    return op.kind in ("write", "cas")
+
+
+def describe_all(ops: Iterable[Op]) -> list[str]:
+    """``Op.describe()`` of each distinct operation, by invocation."""
+    unique = {id(op): op for op in ops}.values()
+    return [op.describe() for op in sorted(unique, key=lambda o: (o.invoke, o.index))]
+
+
+def single_key(ops: Sequence[Op]) -> str:
+    """The key of operations that must all be on one key ("" for none)."""
+    keys = {op.key for op in ops}
+    if len(keys) > 1:
+        raise ValueError(f"expected the operations of one key, got keys {sorted(keys)}")
+    return next(iter(keys)) if keys else ""

@@ -1,10 +1,11 @@
 """Network faults between rkv nodes without root: a TCP proxy on every raft link.
 
-``RaftNetwork`` runs one ``LinkProxy`` per pair of nodes, all on 127.0.0.1, in an
-asyncio loop on a background thread. Each directed link (``a -> b``) can be cut
-(``partition``, ``isolate``, ``drop``) or slowed (``delay``) and restored
-(``heal``). ``ProxiedCluster`` is a ``LocalCluster`` whose nodes talk raft only
-through such a network (``cluster.net``).
+``RaftNetwork`` runs one ``LinkProxy`` (link_proxy.py) per pair of nodes, all on
+127.0.0.1, in an asyncio loop on a background thread. Each directed link
+(``a -> b``) can be cut (``partition``, ``isolate``, ``drop``) or slowed
+(``delay``) and restored (``heal``). ``ProxiedCluster`` (proxied_cluster.py,
+re-exported here with ``agreed_leader`` and ``wait_stable``) is a ``LocalCluster``
+whose nodes talk raft only through such a network (``cluster.net``).
 
 How the proxy fits pysyncobj's TCP transport (pysyncobj 0.3.17, transport.py)
 ------------------------------------------------------------------------------
@@ -27,12 +28,14 @@ The nodes' views of each other's addresses therefore differ (``I`` knows ``R`` a
 the proxy address, ``R`` knows ``I`` by its real address); rkv resolves leaders
 and members through each node's own ``--peer`` flags, which is consistent.
 
-Limit: pysyncobj writes the member addresses (as the writing node sees them) into
-each snapshot marker, and a follower that installs the *leader's* marker (it lags
-behind the leader's compacted journal: after 5000 entries or 300 s) adopts the
-leader's view and loses its own (it may even list itself behind a proxy). That
-breaks the proxied topology, not rkv; ``ProxiedCluster.view_problems()`` detects
-it. Campaigns longer than a few minutes should check it (or restart clusters).
+Snapshot markers: rkv writes the member addresses (as the writing node sees them)
+into each snapshot marker, and a follower that installs the *leader's* marker (it
+lags behind the leader's compacted journal: after 5000 entries or 300 s) would adopt
+the leader's view and lose its own (it may even list itself behind a proxy). That
+would break the proxied topology, not rkv. Given the cluster secret (``ProxiedCluster``
+passes it), the proxy rewrites such markers into the receiver's view
+(``MarkerRewriter``); ``ProxiedCluster.view_problems()`` detects a node that lost
+its view all the same.
 
 Faults
 ------
@@ -54,351 +57,59 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import pickle
 import random
-import socket
-import struct
 import threading
-import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from pysyncobj.encryptor import getEncryptor
 
-from tests.support.cluster import LocalCluster, NodeProcess
+from tests.chaos.link_proxy import (
+    CHUNK,
+    HOST,
+    MAX_FRAME,
+    MODES,
+    PROXY_PORTS,
+    Link,
+    LinkProxy,
+    LinkState,
+    LinkStats,
+    MarkerRewriter,
+    Mode,
+    bind_proxy_socket,
+)
+from tests.chaos.proxied_cluster import ProxiedCluster, agreed_leader, wait_stable
+from tests.support.cluster import NodeProcess
 
-Mode = Literal["reset", "blackhole"]
-MODES: tuple[Mode, ...] = ("reset", "blackhole")
-Link = tuple[str, str]
-"""A directed link: (from node id, to node id)."""
+__all__ = [
+    "CHUNK",
+    "HOST",
+    "MAX_FRAME",
+    "MODES",
+    "PROXY_PORTS",
+    "Link",
+    "LinkProxy",
+    "LinkState",
+    "LinkStats",
+    "MarkerRewriter",
+    "Mode",
+    "NodeRef",
+    "ProxiedCluster",
+    "RaftNetwork",
+    "agreed_leader",
+    "bind_proxy_socket",
+    "node_id",
+    "wait_stable",
+]
+
 NodeRef = str | NodeProcess
-
-HOST = "127.0.0.1"
-CHUNK = 64 * 1024
-MAX_FRAME = 64 * 1024 * 1024  # larger frames pass through without marker rewriting
-# Proxy ports come from below Linux's ephemeral range (32768-60999), where
-# free_ports() and outgoing connections take theirs.
-PROXY_PORTS = (10_000, 32_768)
 
 T = TypeVar("T")
 
 
 def node_id(node: NodeRef) -> str:
     return node if isinstance(node, str) else node.node_id
-
-
-@dataclass
-class LinkState:
-    blocked: Mode | None = None
-    delay: float = 0.0
-    jitter: float = 0.0
-
-
-@dataclass
-class LinkStats:
-    """Counters of one directed link. The connection counters are those of the TCP
-    pair that carries it (the same for ``a -> b`` and ``b -> a``)."""
-
-    forwarded_bytes: int = 0
-    dropped_bytes: int = 0
-    connections: int = 0  # accepted and forwarded
-    refused: int = 0  # accepted and closed at once (reset fault, or too many)
-    cut: int = 0  # open connections closed by a fault or a heal
-    upstream_failures: int = 0  # the target node did not accept (down, restarting)
-    markers_rewritten: int = 0  # snapshot markers given the receiver's member addresses
-
-
-def bind_proxy_socket(
-    below: str, host: str = HOST, rng: random.Random | None = None
-) -> socket.socket:
-    """A listening socket on ``host`` whose address string ``host:port`` sorts before
-    ``below`` (the initiating node's own address), so pysyncobj still connects."""
-    rng = rng or random.Random()
-
-    def fits(port: int) -> bool:
-        return f"{host}:{port}" < below
-
-    preferred = [p for p in rng.sample(range(*PROXY_PORTS), 400) if fits(p)]
-    fallback = [p for p in range(1024, 65536) if fits(p)]
-    rng.shuffle(fallback)
-    for port in [*preferred, *fallback[:2000]]:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(16)
-        except OSError:
-            sock.close()
-            continue
-        return sock
-    raise RuntimeError(f"no free port on {host} whose address sorts before {below!r}")
-
-
-class MarkerRewriter:
-    """Rewrites the snapshot markers one direction of a raft connection carries.
-
-    pysyncobj frames are ``struct.pack("i", len) + token``, the token a Fernet
-    encryption (the cluster secret) of ``zlib(pickle(message))``. An install-snapshot
-    message (``append_entries`` with ``serialized``) carries rkv's marker JSON, whose
-    ``members`` are the sender's view of the raft addresses. When they are exactly
-    the sender's proxied view of the whole cluster they are replaced by the
-    receiver's own view, so the receiver keeps its proxied addresses. Every other
-    frame is forwarded byte for byte.
-    """
-
-    def __init__(self, fernet: Any, sender_view: set[str], receiver_view: list[str]) -> None:
-        self._fernet = fernet
-        self._sender_view = sender_view
-        self._receiver_view = receiver_view
-        self._buffer = bytearray()
-        self._passthrough = False
-
-    def feed(self, data: bytes) -> tuple[bytes, int]:
-        """The bytes to forward now (whole frames) and how many markers were rewritten."""
-        if self._passthrough:
-            return data, 0
-        buffer = self._buffer
-        buffer += data
-        out = bytearray()
-        rewritten = 0
-        while len(buffer) >= 4:
-            (size,) = struct.unpack_from("i", buffer)
-            if not 0 <= size <= MAX_FRAME:  # not a frame boundary we understand: stop parsing
-                self._passthrough = True
-                out += buffer
-                buffer.clear()
-                break
-            if len(buffer) < 4 + size:
-                break
-            token = bytes(buffer[4 : 4 + size])
-            del buffer[: 4 + size]
-            replacement = self._rewrite(token)
-            if replacement is None:
-                out += struct.pack("i", size) + token
-            else:
-                out += struct.pack("i", len(replacement)) + replacement
-                rewritten += 1
-        return bytes(out), rewritten
-
-    def _rewrite(self, token: bytes) -> bytes | None:
-        try:
-            plain = zlib.decompress(self._fernet.decrypt(token))
-        except Exception:
-            return None
-        if b"serialized" not in plain:  # cheap filter: most frames are not snapshots
-            return None
-        try:
-            message = pickle.loads(plain)  # frames between our own node processes
-            keyed = isinstance(message, tuple) and len(message) == 2
-            body = message[1] if keyed else message
-            if not (isinstance(body, dict) and body.get("type") == "append_entries"):
-                return None
-            data, is_first, is_last = body["serialized"]
-            if not (is_first and data):
-                return None
-            marker = json.loads(data)
-            if set(marker["members"]) != self._sender_view:
-                return None
-            marker["members"] = self._receiver_view
-            body["serialized"] = (json.dumps(marker).encode(), is_first, is_last)
-            new_plain = zlib.compress(pickle.dumps(message), 3)
-            timestamp = self._fernet.extract_timestamp(token)
-            return bytes(self._fernet.encrypt_at_time(new_plain, timestamp))
-        except Exception:  # not an rkv marker (or cut in chunks): forward it unchanged
-            return None
-
-
-class _Pipe:
-    """One proxied TCP connection: client (the initiator) <-> upstream (the receiver)."""
-
-    def __init__(
-        self,
-        proxy: LinkProxy,
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    ) -> None:
-        self.proxy = proxy
-        self.client = client
-        self.upstream = upstream
-        self.tainted: set[Link] = set()  # directions that lost bytes
-        self.tasks: list[asyncio.Task[None]] = []
-        self.closed = False
-
-    def start(self) -> None:
-        proxy = self.proxy
-        for link, (reader, _), (_, writer) in (
-            (proxy.forward, self.client, self.upstream),
-            (proxy.backward, self.upstream, self.client),
-        ):
-            queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(
-                proxy.network.max_buffered_chunks
-            )
-            self.tasks.append(asyncio.create_task(self._read(link, reader, queue)))
-            self.tasks.append(asyncio.create_task(self._write(link, writer, queue)))
-
-    def close(self, flush: asyncio.StreamWriter | None = None) -> None:
-        """Close both sides (RST), or ``flush`` one side first (FIN after its data)."""
-        if self.closed:
-            return
-        self.closed = True
-        self.proxy.pipes.discard(self)
-        for _, writer in (self.client, self.upstream):
-            if writer is flush:
-                writer.close()
-            else:
-                writer.transport.abort()
-        current = asyncio.current_task()
-        for task in self.tasks:
-            if task is not current:
-                task.cancel()
-
-    async def _read(
-        self, link: Link, reader: asyncio.StreamReader, queue: asyncio.Queue[tuple[float, bytes]]
-    ) -> None:
-        network = self.proxy.network
-        state, stats = network.links[link], network.link_stats[link]
-        rewriter = network.marker_rewriter(link)
-        loop = asyncio.get_running_loop()
-        last = 0.0
-        try:
-            while True:
-                data = await reader.read(CHUNK)
-                if not data:
-                    break
-                if state.blocked is not None:
-                    stats.dropped_bytes += len(data)
-                    self.tainted.add(link)
-                    continue
-                if rewriter is not None:
-                    data, rewritten = rewriter.feed(data)
-                    stats.markers_rewritten += rewritten
-                    if not data:
-                        continue
-                release = loop.time() + state.delay
-                if state.jitter:
-                    release += random.uniform(0.0, state.jitter)
-                last = max(last, release)  # bytes stay in order
-                await queue.put((last, data))
-            await queue.put((last, b""))  # end of stream, after what is queued
-        except (OSError, asyncio.IncompleteReadError):
-            self.close()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never let a pump die silently with the pipe open
-            self.close()
-            raise
-
-    async def _write(
-        self, link: Link, writer: asyncio.StreamWriter, queue: asyncio.Queue[tuple[float, bytes]]
-    ) -> None:
-        network = self.proxy.network
-        state, stats = network.links[link], network.link_stats[link]
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                release, data = await queue.get()
-                wait = release - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                if not data:
-                    self.close(flush=writer)
-                    return
-                if state.blocked is not None:
-                    stats.dropped_bytes += len(data)
-                    self.tainted.add(link)
-                    continue
-                writer.write(data)
-                await writer.drain()
-                stats.forwarded_bytes += len(data)
-        except OSError:
-            self.close()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.close()
-            raise
-
-
-class LinkProxy:
-    """Forwards the TCP connection pysyncobj keeps between ``initiator`` and ``receiver``
-    (``initiator``'s raft address sorts after ``receiver``'s), listening on ``port``."""
-
-    def __init__(
-        self, network: RaftNetwork, initiator: str, receiver: str, sock: socket.socket
-    ) -> None:
-        self.network = network
-        self.forward: Link = (initiator, receiver)
-        self.backward: Link = (receiver, initiator)
-        self.sock = sock
-        self.port: int = sock.getsockname()[1]
-        host, port = network.addresses[receiver].rsplit(":", 1)
-        self.target = (host, int(port))
-        self.pipes: set[_Pipe] = set()
-        self.server: asyncio.Server | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.network.host}:{self.port}"
-
-    @property
-    def links(self) -> tuple[Link, Link]:
-        return self.forward, self.backward
-
-    def refuses(self) -> bool:
-        return any(self.network.links[link].blocked == "reset" for link in self.links)
-
-    def _count(self, counter: str) -> None:
-        for link in self.links:
-            stats = self.network.link_stats[link]
-            setattr(stats, counter, getattr(stats, counter) + 1)
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, sock=self.sock, limit=CHUNK)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        network = self.network
-        if self.refuses() or len(self.pipes) >= network.max_connections_per_link:
-            self._count("refused")
-            writer.transport.abort()
-            return
-        try:
-            upstream = await asyncio.wait_for(
-                asyncio.open_connection(*self.target, limit=CHUNK), network.connect_timeout
-            )
-        except (OSError, TimeoutError):
-            self._count("upstream_failures")
-            writer.transport.abort()
-            return
-        if self.refuses() or network.closing:  # a fault arrived while connecting
-            self._count("refused")
-            writer.transport.abort()
-            upstream[1].transport.abort()
-            return
-        pipe = _Pipe(self, (reader, writer), upstream)
-        self.pipes.add(pipe)
-        self._count("connections")
-        pipe.start()
-
-    def apply_faults(self) -> None:
-        """Cut connections a reset blocks, and those whose lost bytes' direction is open."""
-        links = self.network.links
-        for pipe in list(self.pipes):
-            healed = any(links[link].blocked is None for link in pipe.tainted)
-            if self.refuses() or healed:
-                self._count("cut")
-                pipe.close()
-
-    async def stop(self) -> None:
-        for pipe in list(self.pipes):
-            pipe.close()
-        if self.server is not None:
-            self.server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 2.0)
-        self.sock.close()
 
 
 class RaftNetwork:
@@ -685,147 +396,3 @@ class RaftNetwork:
                 f"{a} ({self.addresses[a]}) -> {proxy.address} -> {b} ({self.addresses[b]})"
             )
         return "\n".join(lines)
-
-
-# -- a LocalCluster whose raft links go through a RaftNetwork ----------------------------
-
-
-class ProxiedCluster(LocalCluster):
-    """``LocalCluster`` (same API: start, leader, kill, pause, restart, start_node, stop)
-    with every raft link through ``self.net``, a ``RaftNetwork`` started with the
-    cluster and closed by ``stop()``. Nodes added with ``--join`` are not supported."""
-
-    _net: RaftNetwork | None
-
-    def __post_init__(self) -> None:
-        self._net = None
-        try:
-            super().__post_init__()
-        except BaseException:
-            if self._net is not None:
-                self._net.close()
-            raise
-
-    @property
-    def net(self) -> RaftNetwork:
-        if self._net is None:
-            raise RuntimeError("the cluster has no network yet")
-        return self._net
-
-    def _args(self, node: NodeProcess) -> list[str]:
-        if self._net is None:  # first call: every node (and port) exists now
-            self._net = RaftNetwork(
-                {n.node_id: n.raft_address for n in self.nodes},
-                secret=self.secret_file.read_bytes().strip(),
-            ).start()
-        return self._net.rewrite_peer_args(node.node_id, super()._args(node))
-
-    def start(self, timeout: float = 30.0) -> ProxiedCluster:
-        """Start every node, wait until they are ready and every pair is connected."""
-        super().start(timeout)
-        self.wait_connected(timeout)
-        return self
-
-    def wait_connected(
-        self, timeout: float = 15.0, nodes: Sequence[NodeProcess] | None = None
-    ) -> None:
-        """Wait until every pair of ``nodes`` (default: the live ones) has a proxied
-        connection open. pysyncobj retries a failed connection only every 5 s, so a
-        cluster can be ready (a leader and one follower) with a pair still unconnected;
-        faults injected then would not do what a test means."""
-        net = self.net
-        targets = list(self.live() if nodes is None else nodes)
-        pairs = [(a, b) for i, a in enumerate(targets) for b in targets[i + 1 :]]
-        deadline = time.monotonic() + timeout
-        while True:
-            missing = [(a.node_id, b.node_id) for a, b in pairs if not net.open_connections(a, b)]
-            if not missing:
-                return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"raft pairs not connected after {timeout}s: {missing}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        finally:
-            if self._net is not None:
-                self._net.close()
-
-    def add_node(self, node_id: str, join_url: str) -> NodeProcess:
-        raise NotImplementedError("a node added with --join would bypass the proxies")
-
-    def expected_members(self, node: NodeProcess) -> list[str]:
-        """The raft addresses ``node`` should list as members (itself and its peers)."""
-        return self.net.member_view(node)
-
-    def view_problems(self, nodes: Iterable[NodeProcess] | None = None) -> list[str]:
-        """Live nodes whose raft member list is not the proxied view they started with
-        (e.g. after installing another node's snapshot marker); [] when all is well."""
-        problems = []
-        for node in self.live() if nodes is None else nodes:
-            status = node.status()
-            if status is None:
-                problems.append(f"{node.node_id}: no /v1/status")
-                continue
-            got = sorted(m["raft_address"] for m in status.get("members", []))
-            want = self.expected_members(node)
-            if got != want:
-                problems.append(f"{node.node_id}: members {got}, expected {want}")
-        return problems
-
-
-def agreed_leader(
-    nodes: Sequence[NodeProcess],
-    timeout: float = 20.0,
-    everyone: Sequence[NodeProcess] | None = None,
-    other_than: NodeProcess | None = None,
-) -> NodeProcess:
-    """The node every one of ``nodes`` names as leader (e.g. a majority's side of a
-    partition, where ``LocalCluster.leader()`` would wait for the isolated node too);
-    it is looked up in ``everyone`` (default: ``nodes``). With ``other_than``, wait
-    for a leader that is not that node."""
-    deadline = time.monotonic() + timeout
-    seen: list[Any] = []
-    while time.monotonic() < deadline:
-        seen = []
-        for node in nodes:
-            status = node.status(timeout=2.0)
-            leader = status.get("leader") if status else None
-            seen.append(leader["id"] if leader else None)
-        if seen and None not in seen and len(set(seen)) == 1:
-            named = [n for n in (everyone or nodes) if n.node_id == seen[0]]
-            if named and named[0] is not other_than:
-                return named[0]
-        time.sleep(0.1)
-    raise TimeoutError(
-        f"{[n.node_id for n in nodes]} agree on no leader after {timeout}s (last: {seen})"
-    )
-
-
-def wait_stable(
-    nodes: Sequence[NodeProcess], quiet: float = 1.5, timeout: float = 30.0
-) -> NodeProcess:
-    """Wait until every one of ``nodes`` has named the same leader in the same term for
-    ``quiet`` seconds in a row, and return it. After a heal a node that was cut off
-    can still depose the leader (pysyncobj has no pre-vote: its raised term wins), so
-    tests that need one leader for a while wait for this first."""
-    deadline = time.monotonic() + timeout
-    since: float | None = None
-    agreed: tuple[str, int] | None = None
-    last: list[Any] = []
-    while time.monotonic() < deadline:
-        last = []
-        for node in nodes:
-            status = node.status(timeout=2.0)
-            leader = status.get("leader") if status else None
-            last.append((leader["id"], status["term"]) if status and leader else None)
-        now = time.monotonic()
-        current = last[0] if last and None not in last and len(set(last)) == 1 else None
-        if current is None or current != agreed:
-            agreed, since = current, now
-        elif since is not None and now - since >= quiet:
-            leader_id = current[0]
-            return next(n for n in nodes if n.node_id == leader_id)
-        time.sleep(0.1)
-    raise TimeoutError(f"no stable leader among {[n.node_id for n in nodes]}: {last}")

@@ -117,6 +117,8 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries":
+            message = self._without_held_entries(message)
         if (
             self._rkv_amnesiac
             and kind == "request_vote"
@@ -141,6 +143,60 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
                     "caught up with the leader's log (index %d): this member votes again",
                     self._rkv_catch_up_target,
                 )
+
+    # -- append_entries: truncate only on a conflict ---------------------------------
+    #
+    # pysyncobj's follower deletes every entry after prevLogIdx before appending the
+    # message's entries, even when it already holds them. A leader resends a prefix
+    # (a heartbeat from the follower's next index while newer entries are in
+    # flight), so a follower often cut entries it had already acknowledged, and
+    # applied ("truncating already-applied log entries"). The leader had counted
+    # those acknowledgements towards a majority; with the leader then lost, the
+    # entries were on fewer nodes than a majority, a member missing them could win
+    # an election, and replicas diverged (the chaos campaign saw two replicas with
+    # different offsets at the same raft index). Raft (section 5.3) deletes entries
+    # only from the first one that conflicts (same index, other term). So entries
+    # this node already holds with the same term are dropped from the message, and
+    # pysyncobj only sees the rest.
+
+    def _without_held_entries(self, message: dict[str, Any]) -> dict[str, Any]:
+        if "prevLogIdx" not in message or message.get("transmission") is not None:
+            return message
+        prev_index, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        last_index = self._SyncObj__getCurrentLogIndex()
+        if prev_index >= last_index:
+            return message  # nothing after prevLogIdx to lose
+        ours = self._SyncObj__getEntries(prev_index, 1)
+        if not ours or ours[0][2] != prev_term:
+            return message  # a mismatch: pysyncobj answers failure, deletes nothing
+        entries = message.get("entries") or []
+        held = 0
+        for entry in entries:
+            index, term = entry[1], entry[2]
+            ours = self._SyncObj__getEntries(index, 1) if index <= last_index else []
+            if not ours or ours[0][2] != term:
+                break
+            held += 1
+        if held < len(entries):
+            if held == 0:
+                return message  # entries[0] conflicts: pysyncobj deletes from there
+            last_held = entries[held - 1]  # the rest conflicts or extends the log
+            return {
+                **message,
+                "prevLogIdx": last_held[1],
+                "prevLogTerm": last_held[2],
+                "entries": entries[held:],
+            }
+        last_term = self._SyncObj__getCurrentLogTerm()
+        if last_term == message.get("term"):
+            # Everything the message carries is held, and so is everything after it:
+            # this node's last entry is from the sender's own term, so (log matching)
+            # the whole log is a prefix of the sender's. Answer for all of it.
+            return {**message, "prevLogIdx": last_index, "prevLogTerm": last_term, "entries": []}
+        # Held, but the entries after them come from older terms and are unverified:
+        # pysyncobj deletes those, as Raft would once the leader's own ones arrive.
+        index, term = (entries[-1][1], entries[-1][2]) if entries else (prev_index, prev_term)
+        return {**message, "prevLogIdx": index, "prevLogTerm": term, "entries": []}
 
     def stop_campaigning(self) -> None:
         """Never start an election again (this process): a stalled node must not lead.

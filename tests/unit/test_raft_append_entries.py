@@ -1,0 +1,98 @@
+"""A follower's handling of append_entries in raft/syncobj_node.py (RkvSyncObj), fed
+messages directly: a resent prefix of entries it holds deletes nothing (pysyncobj
+alone would cut the tail it had acknowledged), and a real conflict still truncates
+from the first conflicting entry, as Raft requires."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pysyncobj import SyncObjConf
+
+from raft.syncobj_node import RkvSyncObj
+from tests.support.cluster import free_ports
+
+NO_OP = b"\x01"  # pysyncobj's _COMMAND_TYPE.NO_OP: never applied as a client command
+
+
+@pytest.fixture
+def follower() -> Iterator[RkvSyncObj]:
+    me, peer = free_ports(2)
+    node = RkvSyncObj(
+        f"127.0.0.1:{me}",
+        [f"127.0.0.1:{peer}"],
+        SyncObjConf(autoTick=False, dynamicMembershipChange=True),
+        lambda index, entry: None,
+    )
+    try:
+        yield node
+    finally:
+        node.destroy()
+
+
+class Leader:
+    def __init__(self, node: RkvSyncObj) -> None:
+        self.node = node
+        self.peer = next(iter(node._SyncObj__otherNodes))
+        self.replies: list[tuple[int | None, bool]] = []
+
+        def record(
+            to: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False
+        ) -> None:
+            self.replies.append((nextNodeIdx, success))
+
+        node._SyncObj__sendNextNodeIdx = record
+
+    def append(
+        self, prev: tuple[int, int], entries: list[tuple[bytes, int, int]], term: int
+    ) -> None:
+        self.node._SyncObj__onMessageReceived(
+            self.peer,
+            {
+                "type": "append_entries",
+                "term": term,
+                "commit_index": 0,
+                "prevLogIdx": prev[0],
+                "prevLogTerm": prev[1],
+                "entries": entries,
+            },
+        )
+
+    def log(self) -> list[tuple[int, int]]:
+        return [(entry[1], entry[2]) for entry in self.node._SyncObj__raftLog]
+
+
+def entries(first: int, last: int, term: int) -> list[tuple[bytes, int, int]]:
+    return [(NO_OP, index, term) for index in range(first, last + 1)]
+
+
+def test_a_resent_prefix_deletes_nothing_and_answers_for_the_whole_log(
+    follower: RkvSyncObj,
+) -> None:
+    leader = Leader(follower)
+    leader.append((1, 0), entries(2, 10, 1), term=1)
+    assert leader.log()[-1] == (10, 1) and leader.replies[-1] == (11, True)
+    leader.append((1, 0), entries(2, 5, 1), term=1)  # a heartbeat from an older next index
+    assert leader.log()[-1] == (10, 1) and len(leader.log()) == 10
+    assert leader.replies[-1] == (11, True)
+    leader.append((5, 1), [], term=1)  # an empty heartbeat behind the tail
+    assert leader.log()[-1] == (10, 1)
+
+
+def test_entries_past_the_held_ones_are_appended(follower: RkvSyncObj) -> None:
+    leader = Leader(follower)
+    leader.append((1, 0), entries(2, 6, 1), term=1)
+    leader.append((3, 1), entries(4, 9, 1), term=1)  # overlaps 4..6, then new 7..9
+    assert leader.log() == [(1, 0)] + [(i, 1) for i in range(2, 10)]
+    assert leader.replies[-1] == (10, True)
+
+
+def test_a_conflicting_entry_still_truncates_from_itself(follower: RkvSyncObj) -> None:
+    leader = Leader(follower)
+    leader.append((1, 0), entries(2, 10, 1), term=1)
+    # A new leader (term 2) holds 2..5 of term 1, then its own 6..7.
+    leader.append((1, 0), entries(2, 5, 1) + entries(6, 7, 2), term=2)
+    assert leader.log() == [(1, 0)] + [(i, 1) for i in range(2, 6)] + [(6, 2), (7, 2)]
+    assert leader.replies[-1] == (8, True)

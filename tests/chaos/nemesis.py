@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -140,13 +141,37 @@ class CrashAll:
         return None
 
 
+def _all_caught_up(cluster: LocalCluster) -> bool:
+    """Every node ready, voting, and at the same applied offset (the data is everywhere)."""
+    offsets = set()
+    for node in cluster.nodes:
+        if not node.alive or node.stopped_with_sigstop:
+            return False
+        status = node.status() or {}
+        if not status.get("ready") or status.get("votes") is False:
+            return False
+        offsets.add(status.get("applied_offset"))
+    return len(offsets) == 1
+
+
 @dataclass
 class Wipe:
+    """Loses one member's data. Consensus tolerates losing a minority's disks only,
+    so a wipe waits until every member holds everything (the previous wipe's
+    rebuild is over) and is skipped if that does not happen within 30 s: two
+    wipes before a rebuild ends would lose a majority's data, which no Raft
+    implementation survives."""
+
     cluster: LocalCluster
     name: str = "wipe"
     lasting: bool = False
 
     def inject(self, rng: random.Random) -> str:
+        deadline = time.monotonic() + 30
+        while not _all_caught_up(self.cluster):
+            if time.monotonic() > deadline:
+                return "wipe skipped: not every member had caught up within 30 s"
+            time.sleep(0.2)
         index = _pick(self.cluster, rng, leader_share=0.0)
         node = self.cluster.nodes[index]
         if node.alive:

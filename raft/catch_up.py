@@ -7,8 +7,11 @@ follower pulls the missing commit-log range from the leader's GET /v1/log,
 appends it to its own log and LMDB with the original offsets, and advances
 its log head to the marker's offset so the next records get the offsets every
 replica gives them. If the leader compacted that range, the pulled records
-are the latest value of each key in it; anything they superseded arrives with
-the later entries, so the node converges on the leader's state.
+are the latest value of each key in it, and a key overwritten after the
+marker may be missing at the marker: later entries that read it (conditions,
+counters) can then decide differently here. This is a known open bug
+(docs/OPERATIONS.md, "Known limits under faults"); only plain writes are sure
+to converge.
 """
 
 from __future__ import annotations

@@ -46,10 +46,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[spark,test]'
 	touch $@
 
-# Java for Spark (local mode) and a real redis-server for the Redis tests.
+# Java for Spark (local mode), a real redis-server for the Redis tests, and
+# iptables for the namespaced partitions (tests/chaos/netns.py, root only).
 system-deps:
 	@command -v java >/dev/null 2>&1 || $(APT_INSTALL) openjdk-17-jre-headless
 	@command -v redis-server >/dev/null 2>&1 || $(APT_INSTALL) redis-server
+	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || $(APT_INSTALL) iptables
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -276,3 +276,18 @@ def run_campaign(
         counter=counter,
         history=history,
     )
+
+
+def assert_passed(result: CampaignResult) -> None:
+    """Fail with the summary, the anomalies' history excerpts or what did not converge."""
+    summary = result.summary()
+    assert result.faults, "the campaign injected no fault"
+    assert result.history.ops and result.checked_ops > 100, summary
+    excerpts = "\n".join(
+        f"{a['kind']} {a['key']}: {a['message']}\n  " + "\n  ".join(a["excerpt"])
+        for a in result.anomalies
+    )
+    assert result.anomalies == [], excerpts
+    assert result.converged, result.convergence_detail
+    assert result.writes_after_heal_s is not None
+    assert result.counter["exact"], result.counter

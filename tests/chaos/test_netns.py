@@ -19,16 +19,15 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 from collections.abc import Iterator, Sequence
-from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chaos import netns
-from tests.chaos.campaign import run_campaign
+from tests.chaos.campaign import assert_passed, run_campaign
+from tests.chaos.cluster_checks import State, converged, put, put_ok, stale_state
 from tests.chaos.netns import (
     PREFIX,
     NamespacedCluster,
@@ -41,9 +40,7 @@ from tests.chaos.netns import (
     run,
 )
 from tests.chaos.workload import WorkloadConfig
-from tests.support.cluster import NodeProcess, Response, http, scan_all, wait_until
-
-State = dict[bytes, tuple[int, bytes]]
+from tests.support.cluster import NodeProcess, Response, wait_until
 
 
 def require_netns() -> None:
@@ -68,48 +65,6 @@ def cluster(tmp_path: Path) -> Iterator[NamespacedCluster]:
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def put(url: str, key: str, value: bytes, timeout: float = 15.0) -> Response | None:
-    """PUT a key; None when no HTTP answer came back (refused, reset, timed out)."""
-    try:
-        return http("PUT", f"{url}/v1/kv/{key}", body=value, timeout=timeout)
-    except (urllib.error.URLError, OSError, HTTPException):
-        return None
-
-
-def put_ok(url: str, key: str, value: bytes) -> int:
-    response = put(url, key, value)
-    assert response is not None and response.status == 200, (url, key, response and response.body)
-    version: int = response.json()["version"]
-    return version
-
-
-def stale_state(node: NodeProcess, prefix: str) -> State:
-    items = scan_all(node.url, prefix.encode(), query="consistency=stale", timeout=5)
-    return {item["key"]: (item["version"], item["value"]) for item in items}
-
-
-def converged(nodes: Sequence[NodeProcess], prefix: str, expected: State, timeout: float) -> State:
-    """Wait until every node's stale scan of ``prefix`` is identical and holds ``expected``."""
-    last: list[State] = []
-
-    def attempt() -> State | None:
-        try:
-            states = [stale_state(n, prefix) for n in nodes]
-        except (AssertionError, OSError):
-            return None
-        last[:] = states
-        first = states[0]
-        if all(s == first for s in states) and all(first.get(k) == v for k, v in expected.items()):
-            return first
-        return None
-
-    try:
-        result: State = wait_until(attempt, timeout, "every node to hold the same state", 0.2)
-    except TimeoutError:
-        raise AssertionError(f"states did not converge: {last}") from None
-    return result
 
 
 def leader_named_by(
@@ -396,13 +351,4 @@ def test_a_partition_campaign_on_namespaces(cluster: NamespacedCluster) -> None:
     )
     summary = result.summary()
     print(summary)
-    assert result.faults, "the campaign injected no fault"
-    assert result.history.ops and result.checked_ops > 100, summary
-    excerpts = "\n".join(
-        f"{a['kind']} {a['key']}: {a['message']}\n  " + "\n  ".join(a["excerpt"])
-        for a in result.anomalies
-    )
-    assert result.anomalies == [], excerpts
-    assert result.converged, result.convergence_detail
-    assert result.writes_after_heal_s is not None
-    assert result.counter["exact"], result.counter
+    assert_passed(result)

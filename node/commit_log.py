@@ -18,7 +18,10 @@ Closing a segment always fsyncs it, its index and the directory.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import os
+import shutil
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,28 +51,36 @@ class CommitLog:
         self._sync_lock = threading.Lock()
         self._segments: list[Segment] = []
         self._bases: list[int] = []
+        # Held by a compaction run and by replace_with: one rewrite at a time.
+        self.rewriting = threading.Lock()
 
     @classmethod
     def open(cls, directory: Path, config: StorageConfig) -> CommitLog:
         log = cls(directory, config)
         directory.mkdir(parents=True, exist_ok=True)
         segment_swap.recover(directory)
+        log._segments = log._load_segments()
+        log._bases = [s.base_offset for s in log._segments]
+        return log
+
+    def _load_segments(self) -> list[Segment]:
+        directory, config = self.directory, self._config
         for stale in directory.glob("*.tmp"):
             stale.unlink()
         paths = sorted(directory.glob("*" + LOG_SUFFIX))
+        segments: list[Segment] = []
         for i, path in enumerate(paths):
             if not path.stem.isdigit():
                 raise StorageError(f"unexpected file in the commit log directory: {path}")
             active = i == len(paths) - 1
-            log._segments.append(
+            segments.append(
                 Segment.open_existing(
-                    path, config.index_interval_bytes, log._max_record_bytes, active
+                    path, config.index_interval_bytes, self._max_record_bytes, active
                 )
             )
-        if not log._segments:
-            log._segments.append(log._create_segment(FIRST_OFFSET))
-        log._bases = [s.base_offset for s in log._segments]
-        for before, after in zip(log._segments, log._segments[1:], strict=False):
+        if not segments:
+            segments.append(self._create_segment(FIRST_OFFSET))
+        for before, after in itertools.pairwise(segments):
             if (
                 not before.is_empty
                 and not after.is_empty
@@ -79,7 +90,7 @@ class CommitLog:
                     f"segments overlap: {before.log_path} ends at {before.last_offset}, "
                     f"{after.log_path} starts at {after.first_offset}"
                 )
-        return log
+        return segments
 
     def _create_segment(self, base_offset: int) -> Segment:
         segment = Segment.create(
@@ -193,6 +204,25 @@ class CommitLog:
     def unsynced(self) -> bool:
         """Whether records were appended since the last sync."""
         return self.active.unsynced
+
+    def replace_with(self, source: Path) -> None:
+        """Swap every segment for the closed log in directory ``source`` (consumed).
+
+        Only the apply thread calls this. A running compaction is waited for;
+        a reader's next look at the segments finds the new ones (as after a
+        compaction, it resumes after the last offset it yielded).
+        """
+        with self.rewriting, self._sync_lock:
+            self.active.close()
+            old = self.directory.with_name(self.directory.name + ".replaced")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.directory, old)
+            os.replace(source, self.directory)
+            fsync_directory(self.directory.parent)
+            with self._lock:
+                self._segments = self._load_segments()
+                self._bases = [s.base_offset for s in self._segments]
+            shutil.rmtree(old)
 
     def sync(self) -> None:
         """Make everything appended so far durable (safe from any thread)."""

@@ -122,6 +122,19 @@ def compact(
     progress: Progress | None = None,
 ) -> CompactionResult:
     """Compact every closed segment of ``log`` against ``store``'s current state."""
+    with log.rewriting:
+        return _compact(log, store, policy, segment_bytes, now_ms=now_ms, progress=progress)
+
+
+def _compact(
+    log: CommitLog,
+    store: LmdbStore,
+    policy: CompactionPolicy,
+    segment_bytes: int,
+    *,
+    now_ms: int | None,
+    progress: Progress | None,
+) -> CompactionResult:
     started = time.monotonic()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     head = log.last_offset

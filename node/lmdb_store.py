@@ -28,6 +28,7 @@ transaction in the process while the map is resized).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import struct
 import threading
@@ -41,6 +42,7 @@ import lmdb
 from node.errors import StoreCorruptError, StoreError
 from node.keyspace import RESERVED_PREFIX
 from node.record import Record, RecordOp
+from node.segment_swap import fsync_directory
 
 _VALUE_HEADER = struct.Struct(">QQH")
 LMDB_KEY_LIMIT = 511
@@ -233,20 +235,23 @@ class LmdbStore:
             self.applied_index = _read_u64(txn.get(_APPLIED_INDEX))
             self.applied_offset = _read_u64(txn.get(_APPLIED_OFFSET))
 
+    @staticmethod
+    def _open_env(path: Path, map_size: int) -> lmdb.Environment:
+        return lmdb.open(
+            str(path),
+            map_size=map_size,
+            max_dbs=4,
+            sync=False,
+            metasync=False,
+            readahead=False,
+            max_readers=256,
+        )
+
     @classmethod
     def open(cls, path: Path, map_size: int) -> LmdbStore:
         path.mkdir(parents=True, exist_ok=True)
         try:
-            env = lmdb.open(
-                str(path),
-                map_size=map_size,
-                max_dbs=4,
-                sync=False,
-                metasync=False,
-                readahead=False,
-                max_readers=256,
-            )
-            return cls(env, path)
+            return cls(cls._open_env(path, map_size), path)
         except (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError) as exc:
             raise StoreCorruptError(f"LMDB at {path} is damaged: {exc}") from exc
         except lmdb.Error as exc:
@@ -342,6 +347,29 @@ class LmdbStore:
             else:
                 txn.delete(stored_key, db=data)
 
+    def replace_with(self, source: Path) -> None:
+        """Swap this store's files for the closed, synced environment in ``source``.
+
+        Readers wait at the gate meanwhile and then see the new state; only the
+        apply thread calls this (it also writes). ``source`` is consumed.
+        """
+        with self._gate.resizing():
+            map_size = max(self.map_size, lmdb_file_size(source))
+            self._env.sync(True)
+            self._env.close()
+            old = self.path.with_name(self.path.name + ".replaced")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.path, old)
+            os.replace(source, self.path)
+            fsync_directory(self.path.parent)
+            shutil.rmtree(old)
+            self._env = self._open_env(self.path, map_size)
+            self._data = self._env.open_db(b"data")
+            self._meta = self._env.open_db(b"meta")
+            with self._env.begin(db=self._meta) as txn:
+                self.applied_index = _read_u64(txn.get(_APPLIED_INDEX))
+                self.applied_offset = _read_u64(txn.get(_APPLIED_OFFSET))
+
     def _grow(self) -> None:
         with self._gate.resizing():
             new_size = self.map_size * 2
@@ -353,6 +381,14 @@ class LmdbStore:
     def close(self) -> None:
         self._env.sync(True)
         self._env.close()
+
+
+def lmdb_file_size(path: Path) -> int:
+    """The size of the environment's data file in ``path`` (0 if absent)."""
+    try:
+        return (path / "data.mdb").stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _read_u64(raw: bytes | None) -> int:

@@ -5,6 +5,9 @@ Layout of a data directory::
     <data_dir>/log/          commit-log segments (the source of truth)
     <data_dir>/state/        LMDB (a cache of the log)
     <data_dir>/state.owner   who has LMDB open: the machine's boot id, or "closed"
+    <data_dir>/state.installing  present only while a snapshot install swaps the
+                             state in (node/state_install.py): at start-up, the
+                             log and LMDB are then discarded (the node starts empty)
 
 LMDB runs without fsync on commit. A process crash loses nothing (its pages
 are in the kernel), but a machine crash can leave LMDB's files damaged. So
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from node.commit_log import CommitLog
 from node.errors import StoreCorruptError
 from node.lmdb_store import LmdbStore
 from node.replay import ReplayProgress, replay
+from node.segment_swap import fsync_directory
 from node.state_machine import StateMachine
 from node.storage_config import StorageConfig
 
@@ -37,6 +42,10 @@ logger = logging.getLogger(__name__)
 LOG_DIR = "log"
 STATE_DIR = "state"
 OWNER_FILE = "state.owner"
+# node/state_install.py: written before a snapshot install swaps the state in,
+# removed after; its staging directory.
+INSTALL_FLAG_FILE = "state.installing"
+INSTALL_STAGING_DIR = ".install-staging"
 _CLOSED = "closed"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -48,6 +57,7 @@ class NodeStorage:
     store: LmdbStore
     state_machine: StateMachine
     replayed_records: int
+    config: StorageConfig
 
     def sync(self) -> None:
         """Make every applied entry durable (the commit log; LMDB is rebuilt from it)."""
@@ -96,10 +106,30 @@ def _open_store(data_dir: Path, config: StorageConfig, rebuild: bool) -> LmdbSto
         return LmdbStore.open(path, config.lmdb_map_size)
 
 
+def _discard_interrupted_install(data_dir: Path) -> None:
+    """An install cut off mid-swap leaves a state that may be half old, half new:
+    remove it, so the node starts empty and raft's snapshot marker fills it again."""
+    shutil.rmtree(data_dir / INSTALL_STAGING_DIR, ignore_errors=True)
+    flag = data_dir / INSTALL_FLAG_FILE
+    if not flag.exists():
+        return
+    logger.warning(
+        "%s: a snapshot install was interrupted; starting from an empty state, "
+        "which the leader's snapshot marker fills again",
+        data_dir,
+    )
+    for name in (LOG_DIR, STATE_DIR, LOG_DIR + ".replaced", STATE_DIR + ".replaced"):
+        shutil.rmtree(data_dir / name, ignore_errors=True)
+    fsync_directory(data_dir)
+    flag.unlink()
+    fsync_directory(data_dir)
+
+
 def open_storage(
     data_dir: Path, config: StorageConfig, progress: ReplayProgress | None = None
 ) -> NodeStorage:
     data_dir.mkdir(parents=True, exist_ok=True)
+    _discard_interrupted_install(data_dir)
     commit_log = CommitLog.open(data_dir / LOG_DIR, config)
     boot_id = current_boot_id()
     trusted = _lmdb_trusted(data_dir, boot_id)
@@ -122,4 +152,4 @@ def open_storage(
     if replayed:
         store.sync()
     machine = StateMachine(commit_log, store, config.max_value_bytes)
-    return NodeStorage(data_dir, commit_log, store, machine, replayed)
+    return NodeStorage(data_dir, commit_log, store, machine, replayed, config)

@@ -42,14 +42,15 @@ async def serve(
         after_catch_up: set[asyncio.Task[object]] = set()
 
         def compact_after_catch_up(pulled: int) -> None:
-            # A rebuilt or caught-up replica holds the pulled range as it came:
-            # force a compaction, as the Compaction Topic's rebuild flow does.
+            # A rebuilt or caught-up replica installed the leader's state (one
+            # record per key): force a compaction, as the Compaction Topic's
+            # rebuild flow does, so its segments are rolled and rewritten.
             def start() -> None:
                 task: asyncio.Task[object] = asyncio.create_task(compactor.compact(force=True))
                 after_catch_up.add(task)
                 task.add_done_callback(after_catch_up.discard)
 
-            logger.info("caught up with %d pulled records: forcing a compaction", pulled)
+            logger.info("caught up with %d installed keys: forcing a compaction", pulled)
             loop.call_soon_threadsafe(start)
 
         consensus.catch_up_listeners.append(compact_after_catch_up)

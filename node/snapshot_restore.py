@@ -118,18 +118,15 @@ def restore_snapshot(
     staging.mkdir()
     installed: list[Path] = []
     try:
-        sorter = _RunSorter(staging / "runs", run_records, run_bytes, merge_fan_in)
-        header = _verify_into(snapshot, sorter, config.max_value_bytes, progress)
-        # The whole file is verified: only now is anything written to a log.
-        raft_index = header.applied_index if keep_raft_index else 0
-        log_bytes = _build_storage(
+        header, raft_index, log_bytes = build_staging(
+            snapshot,
             staging,
-            sorter,
-            header,
             config,
-            raft_index=raft_index,
-            source=str(snapshot),
+            keep_raft_index=keep_raft_index,
             progress=progress,
+            run_records=run_records,
+            run_bytes=run_bytes,
+            merge_fan_in=merge_fan_in,
         )
         for name in (LOG_DIR, STATE_DIR):
             os.replace(staging / name, data_dir / name)
@@ -153,6 +150,42 @@ def restore_snapshot(
         seconds,
     )
     return RestoreResult(header, raft_index, log_bytes, seconds)
+
+
+def build_staging(
+    snapshot: Path,
+    staging: Path,
+    config: StorageConfig,
+    *,
+    keep_raft_index: bool,
+    progress: SnapshotProgress | None = None,
+    run_records: int = RUN_RECORDS,
+    run_bytes: int = RUN_BYTES,
+    merge_fan_in: int = MERGE_FAN_IN,
+) -> tuple[SnapshotHeader, int, int]:
+    """Verify the snapshot file and build ``staging/log`` and ``staging/state`` from it.
+
+    Returns the header, the applied raft index LMDB holds (see the module
+    docstring) and the log's size in bytes. ``staging`` must exist; the sort
+    runs go in ``staging/runs`` and are removed.
+    """
+    sorter = _RunSorter(staging / "runs", run_records, run_bytes, merge_fan_in)
+    try:
+        header = _verify_into(snapshot, sorter, config.max_value_bytes, progress)
+        # The whole file is verified: only now is anything written to a log.
+        raft_index = header.applied_index if keep_raft_index else 0
+        log_bytes = _build_storage(
+            staging,
+            sorter,
+            header,
+            config,
+            raft_index=raft_index,
+            source=str(snapshot),
+            progress=progress,
+        )
+    finally:
+        sorter.discard()
+    return header, raft_index, log_bytes
 
 
 def _verify_into(

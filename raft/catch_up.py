@@ -1,85 +1,98 @@
-"""Pulling the records a leader's snapshot marker says this node lacks.
+"""Catching up with a leader whose snapshot marker is ahead of this node's state.
 
-A follower that was away while the leader compacted its raft journal gets
-the leader's snapshot marker instead of the entries. Before any later entry
-is applied (this runs on pysyncobj's thread, inside the marker load), the
-follower pulls the missing commit-log range from the leader's GET /v1/log,
-appends it to its own log and LMDB with the original offsets, and advances
-its log head to the marker's offset so the next records get the offsets every
-replica gives them. If the leader compacted that range, the pulled records
-are the latest value of each key in it, and a key overwritten after the
-marker may be missing at the marker: later entries that read it (conditions,
-counters) can then decide differently here. This is a known open bug
-(docs/OPERATIONS.md, "Known limits under faults"); only plain writes are sure
-to converge.
+A follower that was away (or wiped) while the leader compacted its raft
+journal gets the leader's snapshot marker instead of the entries. Before any
+later entry is applied (this runs on pysyncobj's thread, inside the marker
+load), the follower downloads the leader's state (GET /v1/snapshot: every
+key with its value and version from one LMDB read transaction, at one raft
+index and offset at or above the marker's) and installs it in place of its
+own (node/state_install.py). Raft entries up to the installed index are then
+skipped as already applied; later ones apply as on every replica.
+
+Why the state and not a range of the leader's commit log: the log is
+compacted, and a key overwritten after the range's end has no record left
+inside it; later entries that read it (conditions, counters, producer state)
+would then decide differently here. A state snapshot has no such hole. The
+cost: a follower that missed a few entries downloads the whole state.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 import urllib.request
+from pathlib import Path
 
-from node.log_feed import RecordDecoder
-from node.record import Record
+from node.errors import ReplicationError
 from node.recovery import NodeStorage
+from node.snapshot_format import SnapshotReader
+from node.state_install import install_snapshot
 
 logger = logging.getLogger(__name__)
 
-_READ_BYTES = 256 * 1024
+_READ_BYTES = 1024 * 1024
 _PROGRESS_SECONDS = 2.0
 TIMEOUT_SECONDS = 30.0
+DOWNLOAD_DIR = ".catch-up"
 
 
-def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index: int) -> int:
-    """Pull offsets after this node's applied offset up to ``to_offset`` from
-    ``source_url``; afterwards the state stands at ``raft_index``. Returns how
-    many records were pulled. Raises ReplicationError or OSError."""
-    log, store = storage.commit_log, storage.store
-    from_offset = store.applied_offset + 1
-    url = f"{source_url.rstrip('/')}/v1/log?from={from_offset}&to={to_offset}"
-    logger.info("catching up: pulling offsets %d..%d from %s", from_offset, to_offset, url)
-    decoder = RecordDecoder(source_url, log.max_record_bytes)
-    pulled = received = 0
-    started = last_report = time.monotonic()
-    with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as response:
-        while chunk := response.read(_READ_BYTES):
-            received += len(chunk)
-            records: list[Record] = decoder.feed(chunk)
-            if not records:
-                continue
-            log.append(records)
-            store.apply_records(records, max(store.applied_index, records[-1].raft_index))
-            pulled += len(records)
-            now = time.monotonic()
-            if now - last_report >= _PROGRESS_SECONDS:
-                last_report = now
-                done = store.applied_offset - from_offset + 1
-                left = to_offset - store.applied_offset
-                eta = left * (now - started) / done if done > 0 else 0.0
-                logger.info(
-                    "catching up: %d records (%.1f MB), at offset %d of %d "
-                    "(%.0f records/s, %.1f MB/s, ETA %.0fs)",
-                    pulled,
-                    received / 1e6,
-                    store.applied_offset,
-                    to_offset,
-                    pulled / (now - started),
-                    received / 1e6 / (now - started),
-                    eta,
-                )
-    decoder.finish()
-    log.advance_to(to_offset + 1)
-    log.sync()
-    store.write([], raft_index, max(store.applied_offset, to_offset))
-    store.sync()
+def catch_up(storage: NodeStorage, source_url: str, to_index: int, to_offset: int) -> int:
+    """Install ``source_url``'s state, which must be at or above raft index
+    ``to_index`` and offset ``to_offset``. Returns the number of keys installed.
+    Raises ReplicationError, SnapshotFormatError, StorageError or OSError."""
+    started = time.monotonic()
+    directory = storage.data_dir / DOWNLOAD_DIR
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir()
+    try:
+        snapshot = directory / "leader.snapshot"
+        received = _download(f"{source_url.rstrip('/')}/v1/snapshot", snapshot)
+        with open(snapshot, "rb") as f:
+            header = SnapshotReader(f, str(snapshot)).header
+        if header.applied_index < to_index or header.applied_offset < to_offset:
+            # Cannot happen with a source that wrote the marker: its state only grows.
+            raise ReplicationError(
+                f"{source_url} sent a state at raft index {header.applied_index}, offset "
+                f"{header.applied_offset}, behind its marker (index {to_index}, "
+                f"offset {to_offset})"
+            )
+        install_snapshot(storage, snapshot)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
     logger.info(
         "caught up: %d records (%.1f MB) pulled from %s in %.2fs; now at raft index %d, offset %d",
-        pulled,
+        header.record_count,
         received / 1e6,
         source_url,
         time.monotonic() - started,
-        raft_index,
-        store.applied_offset,
+        header.applied_index,
+        header.applied_offset,
     )
-    return pulled
+    return header.record_count
+
+
+def _download(url: str, path: Path) -> int:
+    logger.info("catching up: downloading the leader's state from %s", url)
+    started = last_report = time.monotonic()
+    received = 0
+    with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as response, open(path, "wb") as f:
+        total = int(response.headers.get("Content-Length") or 0)
+        while chunk := response.read(_READ_BYTES):
+            f.write(chunk)
+            received += len(chunk)
+            now = time.monotonic()
+            if now - last_report >= _PROGRESS_SECONDS:
+                last_report = now
+                rate = received / (now - started)
+                eta = (total - received) / rate if total and rate else 0.0
+                logger.info(
+                    "catching up: %.1f of %.1f MB (%.1f MB/s, ETA %.0fs)",
+                    received / 1e6,
+                    total / 1e6,
+                    rate / 1e6,
+                    eta,
+                )
+    if total and received != total:
+        raise ReplicationError(f"{url}: the download ended after {received} of {total} bytes")
+    return received

@@ -9,9 +9,9 @@ log, so nothing large is ever pickled or sent.
 When a follower receives a leader's marker (install snapshot), pysyncobj
 believes the follower has caught up to the marker's index. If this node's
 state has not reached the marker's offset, entries are missing here: the node
-pulls them from the leader's commit log (raft/catch_up.py) before any later
-entry is applied. Only if that fails does it stall (apply nothing more,
-report itself not ready) rather than silently serve a state with holes.
+installs the leader's state (raft/catch_up.py) before any later entry is
+applied. Only if that fails does it stall (apply nothing more, report itself
+not ready) rather than silently serve a state with holes.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 from pysyncobj.node import TCPNode
 
-from node.errors import ReplicationError
+from node.errors import ReplicationError, SnapshotFormatError, StorageError
 from node.recovery import NodeStorage
-from raft.catch_up import pull_range
+from raft.catch_up import catch_up
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +111,9 @@ class SnapshotMarkers:
             )
             if source is not None and marker.get("node") != self._node_id:
                 try:
-                    pulled = pull_range(self._storage, source, offset, index)
-                except (ReplicationError, OSError, ValueError) as exc:
-                    gap += f"; pulling the missing range from {source} failed: {exc}"
+                    pulled = catch_up(self._storage, source, index, offset)
+                except (ReplicationError, SnapshotFormatError, StorageError, OSError) as exc:
+                    gap += f"; installing the state of {source} failed: {exc}"
                 else:
                     self._on_caught_up(pulled)
                     return

@@ -16,6 +16,38 @@ def node_paths() -> dict[str, Any]:
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },
+        "/v1/checkpoints": {
+            "get": {
+                "summary": "Replicator checkpoints in this node's applied state",
+                "description": "Each external replicator (rkv redis-replicate) commits its "
+                "position as an internal checkpoint record in the same transaction as its "
+                "data (a txn compare/put/get with checkpoint: NAME). Values are base64 "
+                "unless encoding=utf-8; read from this node's state (a follower may lag).",
+                "parameters": [ENCODING],
+                "responses": {
+                    "200": json_content(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "checkpoints": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "name": {"type": "string"},
+                                            "value": {"type": "string"},
+                                            "version": {"type": "integer"},
+                                        },
+                                    },
+                                }
+                            },
+                        },
+                        "Checkpoints",
+                    ),
+                    **errors(400),
+                },
+            }
+        },
         "/healthz": {
             "get": {
                 "summary": "The process is alive",

@@ -25,6 +25,22 @@ def _txn_op(op: str, description: str, **fields: Any) -> dict[str, Any]:
     )
 
 
+_CHECKPOINT = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9._:/@-]{1,200}$",
+    "description": "A replicator's internal checkpoint record, by name, instead of a key: "
+    "compares, put and get only (committed atomically with the txn's other writes)",
+}
+
+
+def _checkpoint_op(op: str, description: str, **fields: Any) -> dict[str, Any]:
+    return _object(
+        ["op", "checkpoint", *(name for name, (_, required) in fields.items() if required)],
+        {"op": {"const": op}, "checkpoint": _CHECKPOINT, **{n: s for n, (s, _) in fields.items()}},
+        description=description,
+    )
+
+
 def _txn_op_result(op: str, description: str, *fields: str, **typed: Any) -> dict[str, Any]:
     """One kind of txn op result: op, key and integer fields, plus ``typed``."""
     properties = {"op": {"const": op}, "key": BYTES, **dict.fromkeys(fields, _INTEGER), **typed}
@@ -34,10 +50,11 @@ def _txn_op_result(op: str, description: str, *fields: str, **typed: Any) -> dic
 def _txn_schemas() -> dict[str, Any]:
     compare = {
         "type": "object",
-        "required": ["key"],
-        "description": "Exactly one of version (0: the key does not exist), value, exists.",
+        "description": "key or checkpoint, and exactly one of version (0: the key does not "
+        "exist), value, exists.",
         "properties": {
             "key": BYTES,
+            "checkpoint": _CHECKPOINT,
             "version": {"type": "integer", "minimum": 0},
             "value": BYTES,
             "exists": {"type": "boolean"},
@@ -60,6 +77,8 @@ def _txn_schemas() -> dict[str, Any]:
                 _txn_op("put", "Set the key", value=(BYTES, True)),
                 _txn_op("delete", "Delete the key"),
                 _txn_op("get", "Read the key as the txn sees it at this point"),
+                _checkpoint_op("put", "Set the checkpoint", value=(BYTES, True)),
+                _checkpoint_op("get", "Read the checkpoint"),
                 _txn_op(
                     "incr",
                     "Add by to the counter (an absent key counts as 0)",
@@ -94,6 +113,28 @@ def _txn_schemas() -> dict[str, Any]:
         "OpResult": {
             "oneOf": [
                 _txn_op_result("put", "Written", "version", "create_version"),
+                _object(
+                    ["op", "checkpoint", "version", "create_version"],
+                    {
+                        "op": {"const": "put"},
+                        "checkpoint": _CHECKPOINT,
+                        "version": _INTEGER,
+                        "create_version": _INTEGER,
+                    },
+                    description="Checkpoint written",
+                ),
+                _object(
+                    ["op", "checkpoint", "found"],
+                    {
+                        "op": {"const": "get"},
+                        "checkpoint": _CHECKPOINT,
+                        "found": {"type": "boolean"},
+                        "value": BYTES,
+                        "version": _INTEGER,
+                        "create_version": _INTEGER,
+                    },
+                    description="The checkpoint as the txn saw it",
+                ),
                 _txn_op_result("append", "Appended", "version", "create_version"),
                 _txn_op_result(
                     "incr",

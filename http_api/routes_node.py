@@ -1,5 +1,6 @@
-"""Node endpoints: /v1/status, /healthz, /readyz, /v1/openapi.json, /v1/admin/compact,
-and membership: /v1/cluster/members (GET, POST) and /v1/cluster/members/{id} (DELETE)."""
+"""Node endpoints: /v1/status, /v1/checkpoints, /healthz, /readyz, /v1/openapi.json,
+/v1/admin/compact, and membership: /v1/cluster/members (GET, POST) and
+/v1/cluster/members/{id} (DELETE)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import asdict
 
 from aiohttp import web
 
+from http_api.encoding import encode_bytes, encoding_param, raw_query
 from http_api.errors import json_response
 from http_api.kv_api import KvApi
 from http_api.openapi import openapi_document
@@ -31,6 +33,18 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def openapi(request: web.Request) -> web.Response:
         return json_response(openapi_document())
 
+    async def checkpoints(request: web.Request) -> web.Response:
+        encoding = encoding_param(raw_query(request))
+        items = request.app[service_key].checkpoints()
+        return json_response(
+            {
+                "checkpoints": [
+                    {"name": name, "value": encode_bytes(value, encoding, "value"), "version": v}
+                    for name, value, v in items
+                ]
+            }
+        )
+
     async def members(request: web.Request) -> web.Response:
         return json_response({"members": request.app[service_key].members()})
 
@@ -52,6 +66,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         return json_response(result)
 
     app.router.add_route("GET", "/v1/status", status)
+    app.router.add_route("GET", "/v1/checkpoints", checkpoints)
     app.router.add_route("GET", "/v1/cluster/members", members)
     app.router.add_route("POST", "/v1/cluster/members", add_member)
     app.router.add_route("DELETE", "/v1/cluster/members/{id}", remove_member)

@@ -8,7 +8,9 @@ Request::
                  | {"op": "append", "key": K, "value": V}],
      "failure": [...same ops...]}
 
-Keys and values are base64 unless ``?encoding=utf-8``. A version compare of 0
+Keys and values are base64 unless ``?encoding=utf-8``. Instead of ``key``, a
+compare, put or get may name ``"checkpoint": NAME``: a replicator's internal
+checkpoint record (node/keyspace.py), committed atomically with its data. A version compare of 0
 means "does not exist". The whole transaction is one raft entry: atomic on
 every replica. An incr or append that fails (not an integer, overflow, too
 large) fails the whole transaction with 409/413 and no effect. A transaction
@@ -36,6 +38,12 @@ from node.commands import (
     TxnPut,
 )
 from node.errors import InvalidRequest, PayloadTooLarge
+from node.keyspace import (
+    CHECKPOINTS_PREFIX,
+    checkpoint_key,
+    checkpoint_name_problem,
+    is_checkpoint,
+)
 from node.results import CommandResult
 
 _COMPARE_FIELDS = {
@@ -45,7 +53,17 @@ _COMPARE_FIELDS = {
 }
 
 
-def _key(item: dict[str, Any], encoding: str, kv: KvApi, where: str) -> bytes:
+def _key(
+    item: dict[str, Any], encoding: str, kv: KvApi, where: str, checkpoint_ok: bool = True
+) -> bytes:
+    if "checkpoint" in item:
+        # A replicator's checkpoint (node/keyspace.py), by name: compare, put, get.
+        name = item["checkpoint"]
+        if "key" in item or not checkpoint_ok:
+            raise InvalidRequest(f"{where}: a checkpoint takes compare, put or get, without key")
+        if not isinstance(name, str) or (problem := checkpoint_name_problem(name)):
+            raise InvalidRequest(f"{where}.checkpoint: {problem or 'must be a string'}")
+        return checkpoint_key(name)
     if "key" not in item:
         raise InvalidRequest(f"{where} needs a key")
     key = decode_bytes(item["key"], encoding, f"{where}.key")
@@ -80,7 +98,7 @@ def _op(item: Any, encoding: str, kv: KvApi, where: str) -> TxnOp:
     if not isinstance(item, dict):
         raise InvalidRequest(f"{where} must be an object")
     kind = item.get("op")
-    key = _key(item, encoding, kv, where)
+    key = _key(item, encoding, kv, where, checkpoint_ok=kind in ("put", "get"))
     if kind == "put":
         if "value" not in item:
             raise InvalidRequest(f"{where} (put) needs a value")
@@ -133,7 +151,11 @@ def render_txn_result(result: CommandResult, encoding: str) -> dict[str, Any]:
     """The answer to a transaction that ran (KvService.txn raised for any other)."""
     rendered: list[dict[str, Any]] = []
     for op in result.op_results:
-        item: dict[str, Any] = {"op": op.op, "key": encode_bytes(op.key, encoding, "key")}
+        item: dict[str, Any] = {"op": op.op}
+        if is_checkpoint(op.key):
+            item["checkpoint"] = op.key[len(CHECKPOINTS_PREFIX) :].decode()
+        else:
+            item["key"] = encode_bytes(op.key, encoding, "key")
         if op.op in ("put", "append"):
             item.update(version=op.version, create_version=op.create_version)
         elif op.op == "incr":

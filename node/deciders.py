@@ -13,6 +13,7 @@ import json
 from node.commands import (
     MAX_TXN_OPS,
     Append,
+    Compare,
     CompareTarget,
     Incr,
     RemoveMember,
@@ -26,7 +27,7 @@ from node.commands import (
 )
 from node.counters import incremented, refusal_message
 from node.entry_writer import EntryWriter
-from node.keyspace import is_reserved, key_length_problem, member_key
+from node.keyspace import is_checkpoint, is_reserved, key_length_problem, member_key
 from node.results import CommandResult, OpResult, ResultCode
 
 
@@ -113,7 +114,10 @@ def _txn_refusal(txn: Txn, max_value_bytes: int) -> CommandResult | None:
         ("failure", txn.failure),
     ):
         for i, item in enumerate(items):
-            refusal = key_refusal(item.key)
+            if is_checkpoint(item.key) and isinstance(item, Compare | TxnPut | TxnGet):
+                refusal = None  # the one internal namespace a txn may use (by name)
+            else:
+                refusal = key_refusal(item.key)
             if refusal is None and isinstance(item, TxnPut):
                 refusal = value_refusal(item.value, max_value_bytes)
             elif refusal is None and isinstance(item, TxnAppend):

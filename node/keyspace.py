@@ -8,9 +8,18 @@ read nor write it.
 
 from __future__ import annotations
 
+import re
+
 RESERVED_PREFIX = b"\x00rkv/"
 MEMBERS_PREFIX = RESERVED_PREFIX + b"members/"
 """The replicated member directory: MEMBERS_PREFIX + id -> JSON {id, raft_address, url}."""
+CHECKPOINTS_PREFIX = RESERVED_PREFIX + b"checkpoints/"
+"""Named checkpoints of external replicators (the Redis replicator's replid and
+offset): CHECKPOINTS_PREFIX + name -> the replicator's value. The one internal
+namespace user transactions may compare, put and get, by name, so a replicator
+commits its data and its position in one atomic write."""
+MAX_CHECKPOINT_NAME_BYTES = 200
+_CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9._:/@-]+")
 MIN_KEY_BYTES = 1
 MAX_KEY_BYTES = 4096
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
@@ -32,3 +41,21 @@ def is_reserved(key: bytes) -> bool:
 
 def member_key(node_id: str) -> bytes:
     return MEMBERS_PREFIX + node_id.encode()
+
+
+def checkpoint_key(name: str) -> bytes:
+    return CHECKPOINTS_PREFIX + name.encode()
+
+
+def checkpoint_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a checkpoint, or None."""
+    if not 0 < len(name) <= MAX_CHECKPOINT_NAME_BYTES or not _CHECKPOINT_NAME.fullmatch(name):
+        return (
+            f"a checkpoint name is 1 to {MAX_CHECKPOINT_NAME_BYTES} characters of "
+            "A-Z a-z 0-9 . _ : / @ -"
+        )
+    return None
+
+
+def is_checkpoint(key: bytes) -> bool:
+    return key.startswith(CHECKPOINTS_PREFIX)

@@ -53,7 +53,7 @@ from node.errors import (
     UnknownOutcome,
     VersionConflict,
 )
-from node.keyspace import is_reserved, key_length_problem
+from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
 from node.lmdb_store import LmdbStore, StoredValue
 from node.log_feed import encoded_records
 from node.producers import DEFAULT_EXPIRY_MS, ProducerTag
@@ -461,6 +461,15 @@ class KvService:
         status["applied_index"] = self._store.applied_index
         status["compaction"] = self._compactor.status()
         return status
+
+    # -- replicator checkpoints --------------------------------------------------------
+
+    def checkpoints(self) -> list[tuple[str, bytes, int]]:
+        """Every replicator checkpoint in this node's applied state: (name, value, version)."""
+        with self._store.reader() as view:
+            items = view.scan(CHECKPOINTS_PREFIX, limit=10_000, include_internal=True)
+        skip = len(CHECKPOINTS_PREFIX)
+        return [(key[skip:].decode(), stored.value, stored.version) for key, stored in items]
 
     # -- membership -----------------------------------------------------------------
 

@@ -21,13 +21,14 @@ from node.commands import (
     Txn,
     TxnDelete,
     TxnGet,
+    TxnIncr,
     TxnOp,
     TxnPut,
     decode_entry,
     encode_entry,
 )
 from node.errors import EntryDecodeError
-from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
+from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX, checkpoint_key
 from node.lmdb_store import LmdbStore
 from node.record import Record, RecordOp
 from node.recovery import STATE_DIR, NodeStorage, open_storage
@@ -481,3 +482,32 @@ def test_a_retried_txn_entry_after_a_failed_lmdb_write_stays_whole(
     assert state_of(storage) == {b"b": (3, 3, b"1")}
     assert [(r.offset, r.raft_index) for r in log_of(storage)] == [(1, 1), (2, 2), (3, 2), (4, 2)]
     storage.close()
+
+
+# -- replicator checkpoints ---------------------------------------------------------
+
+
+def test_a_txn_commits_a_checkpoint_with_its_writes_and_guards_on_its_version(
+    tmp_path: Path, small_config: StorageConfig
+) -> None:
+    storage = open_storage(tmp_path, small_config)
+    machine = storage.state_machine
+    cp = checkpoint_key("redis/main")
+    first = Txn(
+        compares=(Compare(cp, VERSION, 0),),
+        success=(TxnPut(b"r/k", b"v"), TxnPut(cp, b'{"offset": 10}')),
+    )
+    (result,) = machine.apply(1, entry(first))
+    assert result.code is ResultCode.OK and result.succeeded
+    assert state_of(storage)[cp] == (2, 2, b'{"offset": 10}')
+    # A second replicator that read the checkpoint before (version 0) is fenced whole.
+    (stale,) = machine.apply(2, entry(first._replace(failure=(TxnGet(cp),))))
+    assert not stale.succeeded
+    assert stale.op_results == (OpResult("get", cp, True, 2, 2, b'{"offset": 10}'),)
+    assert state_of(storage)[b"r/k"] == (1, 1, b"v")
+    # Checkpoints are internal: deleting or incrementing one, or a plain put, is refused.
+    for op in (TxnDelete(cp), TxnIncr(cp, 1)):
+        (refused,) = machine.apply(3, entry(Txn(success=(op,))))
+        assert refused.code is ResultCode.RESERVED_KEY
+    (refused,) = machine.apply(4, entry(Put(cp, b"x")))
+    assert refused.code is ResultCode.RESERVED_KEY

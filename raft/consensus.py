@@ -82,7 +82,7 @@ class RaftConsensus:
         self._markers = SnapshotMarkers(
             storage,
             config.self_member.node_id,
-            self.member_url,
+            self.catch_up_sources,
             self._stall,
             self._caught_up,
         )
@@ -370,6 +370,21 @@ class RaftConsensus:
 
     def member_url(self, node_id: str) -> str | None:
         return self._membership.member_url(node_id)
+
+    def catch_up_sources(self, author: str) -> list[str]:
+        """Where a node behind a snapshot marker may fetch the state: the marker's
+        author, the leader, then every other member (a marker is forwarded as it
+        is, so its author may be this very node, wiped since it wrote it)."""
+        me = self._config.self_member.node_id
+        leader = self.leader()
+        ids = [author, leader.node_id if leader is not None else None]
+        ids += [m["id"] for m in self._membership.member_list()]
+        urls: list[str] = []
+        for node_id in ids:
+            url = None if node_id in (None, me) else self.member_url(str(node_id))
+            if url is not None and url not in urls:
+                urls.append(url)
+        return urls
 
     def member_list(self) -> list[dict[str, str]]:
         return self._membership.member_list()

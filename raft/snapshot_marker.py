@@ -48,13 +48,13 @@ class SnapshotMarkers:
         self,
         storage: NodeStorage,
         node_id: str,
-        member_url: Callable[[str], str | None],
+        sources: Callable[[str], list[str]],
         on_gap: Callable[[str], None],
         on_caught_up: Callable[[int], None],
     ) -> None:
         self._storage = storage
         self._node_id = node_id
-        self._member_url = member_url
+        self._sources = sources
         self._on_gap = on_gap
         self._on_caught_up = on_caught_up
 
@@ -103,23 +103,26 @@ class SnapshotMarkers:
         store = self._storage.store
         index, offset = int(marker["raft_index"]), int(marker["applied_offset"])
         if offset > store.applied_offset:
-            source = self._member_url(str(marker.get("node")))
             gap = (
                 f"a snapshot from {marker.get('node')} at raft index {index} (offset {offset}) "
                 f"is ahead of this node's state (raft index {store.applied_index}, offset "
                 f"{store.applied_offset})"
             )
-            if source is not None and marker.get("node") != self._node_id:
+            failures: list[str] = []
+            for source in self._sources(str(marker.get("node"))):
                 try:
-                    pulled = catch_up(self._storage, source, index, offset)
+                    installed = catch_up(self._storage, source, index, offset)
                 except (ReplicationError, SnapshotFormatError, StorageError, OSError) as exc:
-                    gap += f"; installing the state of {source} failed: {exc}"
+                    logger.warning("catching up from %s failed: %s", source, exc)
+                    failures.append(f"{source}: {exc}")
                 else:
-                    self._on_caught_up(pulled)
+                    self._on_caught_up(installed)
                     return
+            reason = "; ".join(failures) or "no other member is known"
             self._on_gap(
-                gap + ": entries are missing here, so this node applies nothing more and "
-                "serves no reads until it is rebuilt (restarting it retries the pull)"
+                f"{gap}; installing another member's state failed ({reason}): entries are "
+                "missing here, so this node applies nothing more and serves no reads until "
+                "it is rebuilt (restarting it retries)"
             )
         elif index > store.applied_index:
             # The entries in between wrote no records (barriers, failed conditions):

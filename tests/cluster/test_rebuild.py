@@ -112,3 +112,51 @@ def test_a_rebuilt_member_decides_later_entries_as_the_others(tmp_path: Path) ->
         raise AssertionError(f"{error}\n{cluster.logs()}") from error
     finally:
         cluster.stop()
+
+
+def test_a_wiped_member_rebuilds_from_a_marker_it_wrote_itself(tmp_path: Path) -> None:
+    """A marker travels as written: a member that installed n0's marker later sends that
+    same file, naming n0 as its author. n0, wiped since, must fetch the state from another
+    member instead of from itself (found by the chaos campaigns: it stalled)."""
+    cluster = LocalCluster(tmp_path / "cluster", extra_args=["--raft-compaction-entries", "50"])
+    try:
+        cluster.start()
+        author = cluster.leader()
+        a = cluster.nodes.index(author)
+        carrier, other = (cluster.nodes.index(n) for n in cluster.followers())
+        # 1. The carrier misses 200 entries and catches up from the author's marker.
+        cluster.kill(carrier)
+        for i in range(200):
+            assert http("PUT", f"{author.url}/v1/kv/m/{i % 20}", body=b"%d" % i).status == 200
+        cluster.start_node(carrier)
+        cluster.wait_ready(timeout=60)
+        carrier_log = cluster.nodes[carrier].log_path.read_text(errors="replace")
+        assert f"pulled from {author.url}" in carrier_log, carrier_log[-2000:]
+        # 2. The author is lost; the carrier leads (the other member is restarted until it
+        #    does not: with no writes, either can win).
+        cluster.kill(a)
+        shutil.rmtree(author.data_dir)
+        leader = cluster.leader(timeout=30)
+        while leader.node_id != cluster.nodes[carrier].node_id:
+            cluster.kill(other)
+            cluster.start_node(other)
+            leader = cluster.leader(timeout=30)
+        # 3. The wiped author rejoins: the carrier sends it the marker the author wrote.
+        cluster.start_node(a)
+        cluster.wait_ready(timeout=60)
+        log = author.log_path.read_text(errors="replace")
+        assert "STALLED" not in log and "caught up:" in log, log[-3000:]
+        response = http("PUT", f"{leader.url}/v1/kv/m/last", body=b"x")
+        last = response.json()["version"]
+        views = [
+            {
+                i["key"]: i["version"]
+                for i in scan_all(n.url, b"m/", query=f"consistency=stale&min_version={last}")
+            }
+            for n in cluster.nodes
+        ]
+        assert views[0] == views[1] == views[2] and len(views[0]) == 21
+    except (AssertionError, TimeoutError) as error:
+        raise AssertionError(f"{error}\n{cluster.logs()}") from error
+    finally:
+        cluster.stop()

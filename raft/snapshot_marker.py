@@ -57,9 +57,16 @@ class SnapshotMarkers:
         self._sources = sources
         self._on_gap = on_gap
         self._on_caught_up = on_caught_up
+        self._gap: str | None = None
 
     def serialize(self, file_name: str, data: Any) -> None:
         """pysyncobj's serializer hook: ``data`` is (last entry, previous entry, members)."""
+        if self._gap is not None:
+            # The state here is missing entries pysyncobj counts as applied: a marker
+            # written now would claim that state is complete, and a restart would
+            # then build on it. Refusing keeps the marker that shows the gap (the
+            # journal keeps growing until the node is rebuilt).
+            raise RuntimeError(f"no snapshot marker while stalled: {self._gap}")
         last_entry, prev_entry, cluster = data
         storage = self._storage
         # The commit log is what makes the state durable; LMDB is rebuilt from it
@@ -119,6 +126,7 @@ class SnapshotMarkers:
                     self._on_caught_up(installed)
                     return
             reason = "; ".join(failures) or "no other member is known"
+            self._gap = gap
             self._on_gap(
                 f"{gap}; installing another member's state failed ({reason}): entries are "
                 "missing here, so this node applies nothing more and serves no reads until "

@@ -21,6 +21,7 @@ from node.errors import RkvError
 from node.settings import add_node_arguments
 
 SERVER_COMMANDS = ("up", "node", "check")
+REDIS_COMMANDS = ("redis-replicate", "redis-dump")
 BASE64_MARK = "base64:"  # how the client commands show bytes that are not text
 URL_ENV = "RKV_URL"
 
@@ -271,6 +272,13 @@ def _run_snapshot(args: argparse.Namespace) -> int:
     )
 
 
+def _add_redis_commands(sub: Any) -> None:
+    # The parsers are small; the replicator itself is imported only when it runs.
+    from node.cli_redis import add_redis_commands  # noqa: PLC0415
+
+    add_redis_commands(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rkv", description="rkv: a Raft-replicated KV store")
     parser.add_argument("--version", action="version", version=f"rkv {_version()}")
@@ -290,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_commands(sub)
     _add_cluster_commands(sub)
     _add_snapshot_commands(sub)
+    _add_redis_commands(sub)
     return parser
 
 
@@ -301,6 +310,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from node.cli_server import run  # noqa: PLC0415
     elif args.command == "snapshot":
         run = _run_snapshot
+    elif args.command in REDIS_COMMANDS:
+        from node.cli_redis import run_redis as run  # noqa: PLC0415
     elif args.command == "cluster":
         from node.cli_client import run_cluster as run  # noqa: PLC0415
     else:

@@ -141,6 +141,9 @@ class NoService:
     def members(self) -> list[dict[str, str]]:
         raise AssertionError("not served")
 
+    def checkpoints(self) -> list[tuple[str, bytes, int]]:
+        raise AssertionError("not served")
+
     async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
         raise AssertionError("not served")
 

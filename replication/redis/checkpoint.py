@@ -1,0 +1,59 @@
+"""The replicator's checkpoint: where it stands in the master's stream.
+
+Stored as rkv's internal checkpoint record ``redis:<prefix>`` (node/keyspace.py)
+and written in the SAME transaction as the data of the commands it covers, so
+the data and the position can never disagree: after a crash the replicator
+resumes with ``PSYNC <replid> <offset + 1>`` and neither loses nor repeats a
+command. ``state`` is ``loading`` while a full sync fills ``generation`` (which
+readers do not see yet) and ``streaming`` once it has been switched to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+_PREFIX = re.compile(rb"[A-Za-z0-9._:/@-]{1,150}")
+
+
+def checkpoint_name(prefix: bytes) -> str:
+    return "redis:" + prefix.decode()
+
+
+def prefix_problem(prefix: bytes) -> str | None:
+    """Why ``prefix`` cannot be a replication prefix, or None."""
+    if not _PREFIX.fullmatch(prefix):
+        return "the prefix is 1 to 150 characters of A-Z a-z 0-9 . _ : / @ -"
+    return None
+
+
+@dataclass
+class Checkpoint:
+    replid: str
+    offset: int
+    """The master's replication offset of the last byte whose effects are committed."""
+    db: int
+    """The Redis db selected at that point of the stream."""
+    generation: int
+    state: str  # "loading" or "streaming"
+    master_offset: int = 0
+    """The highest offset received from the master when this was written (lag)."""
+    updated_ms: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Checkpoint:
+        data: dict[str, Any] = json.loads(raw)
+        return cls(
+            replid=str(data["replid"]),
+            offset=int(data["offset"]),
+            db=int(data["db"]),
+            generation=int(data["generation"]),
+            state=str(data["state"]),
+            master_offset=int(data.get("master_offset", 0)),
+            updated_ms=int(data.get("updated_ms", 0)),
+        )

@@ -1,0 +1,129 @@
+"""Loading a full sync's RDB into a new generation, then switching readers to it.
+
+The keys go into generation G+1 (``P g<G+1>/...``) in transactions that also
+write the checkpoint as ``loading`` (so a second replicator is fenced during
+the load too). Readers keep using G: ``P current`` still names it. The last
+transaction writes ``P current`` = G+1, the ``streaming`` checkpoint at the
+FULLRESYNC offset and a gc record for G, together. A load cut off half-way
+is abandoned: the next attempt deletes that generation and loads G+2.
+Progress (keys, MB, rate, ETA when the size is known) goes to ``status``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from replication.redis.batch import BatchView, RkvStore
+from replication.redis.checkpoint import Checkpoint
+from replication.redis.commands import ReplicationStop
+from replication.redis.layout import Layout, generation_root
+from replication.redis.master_link import SyncResult
+from replication.redis.objects import StreamValue, write_value
+from replication.redis.rdb import KeyValue, Stream, parse_rdb
+
+logger = logging.getLogger(__name__)
+
+_PROGRESS_SECONDS = 2.0
+_DELETE_PAGE = 2000
+
+
+def serving_generation(store: RkvStore, prefix: bytes) -> int | None:
+    raw = store.get_many([prefix + b"current"])[prefix + b"current"]
+    return None if raw is None else int(json.loads(raw)["generation"])
+
+
+def _drop_generation(store: RkvStore, prefix: bytes, generation: int) -> int:
+    root = generation_root(prefix, generation)
+    dropped = 0
+    while keys := store.first(root, _DELETE_PAGE):
+        store.write(dict.fromkeys(key for key, _ in keys))
+        dropped += len(keys)
+    return dropped
+
+
+def _value(event: KeyValue) -> Any:
+    value = event.value
+    if isinstance(value, Stream):
+        return StreamValue(
+            entries=[(e.id.ms, e.id.seq, list(e.fields)) for e in value.entries],
+            last_id=(value.last_id.ms, value.last_id.seq),
+            entries_added=value.entries_added,
+            max_deleted_id=(value.max_deleted_id.ms, value.max_deleted_id.seq),
+            first_id=(value.first_id.ms, value.first_id.seq),
+        )
+    return value
+
+
+def load_snapshot(
+    store: RkvStore,
+    prefix: bytes,
+    sync: SyncResult,
+    previous: Checkpoint | None,
+    *,
+    version: int,
+    status: Callable[[str], None],
+) -> tuple[Checkpoint, int]:
+    """Load ``sync.payload`` into a new generation and switch to it; returns the
+    streaming checkpoint and its version."""
+    assert sync.payload is not None
+    serving = serving_generation(store, prefix)
+    generation = max(previous.generation if previous else 0, serving or 0) + 1
+    if previous is not None and previous.state == "loading":
+        dropped = _drop_generation(store, prefix, previous.generation)
+        status(f"redis-replicate: dropped {dropped} keys of an interrupted load")
+    dropped = _drop_generation(store, prefix, generation)  # leftovers of a crashed attempt
+    if dropped:
+        status(f"redis-replicate: dropped {dropped} leftover keys of generation {generation}")
+    layout = Layout(prefix, generation)
+    loading = Checkpoint(sync.replid, sync.offset, 0, generation, "loading")
+    view = BatchView(store, cache_entries=0)
+    state = {"version": version}
+
+    def flush() -> None:
+        loading.updated_ms = int(time.time() * 1000)
+        state["version"] = view.commit(loading, state["version"])
+
+    view.on_full = flush  # a large key commits part-way: the load is not atomic anyway
+
+    started = last = time.monotonic()
+    keys = 0
+    for event in parse_rdb(sync.payload):
+        if not isinstance(event, KeyValue):
+            continue
+        keys += 1
+        try:
+            write_value(
+                view,
+                layout,
+                Layout.default_namespace(event.db),
+                event.key,
+                event.type_name,
+                _value(event),
+                event.expire_ms,
+                f"r{keys}",
+            )
+        except ValueError as exc:
+            raise ReplicationStop(f"key {event.key!r} of db {event.db}: {exc}") from exc
+        now = time.monotonic()
+        if now - last >= _PROGRESS_SECONDS:
+            last = now
+            status(
+                f"redis-replicate: full sync: {keys} keys loaded "
+                f"({keys / (now - started):.0f} keys/s)"
+            )
+    view.put(layout.current_key, json.dumps({"generation": generation}).encode())
+    if serving is not None:
+        view.put(layout.gc_prefix() + b"g/%d" % serving, b"")
+    final = Checkpoint(
+        sync.replid, sync.offset, 0, generation, "streaming", updated_ms=int(time.time() * 1000)
+    )
+    version = view.commit(final, state["version"])
+    status(
+        f"redis-replicate: full sync done: {keys} keys in {time.monotonic() - started:.1f}s; "
+        f"readers now see generation {generation}"
+    )
+    return final, version

@@ -1,0 +1,354 @@
+"""Redis replicator benchmark (not a test): full-sync speed and the SET rate it keeps up with.
+
+    python -m bench.redis [--keys 1000000] [--rates 5000,10000,20000,40000]
+                          [--step-seconds 20] [--out bench/results]
+
+Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
+
+1. full sync of ``--keys`` string keys (DEBUG POPULATE) and of the same number
+   of mixed keys (strings, hashes, sets, lists, zsets): seconds from starting
+   `rkv redis-replicate` until its checkpoint is streaming at the master's
+   offset, and keys/s. Target: 1M string keys in <= 60 s.
+2. steady state: SETs at fixed rates (pipelined, paced), ``--step-seconds``
+   each; for every rate the replicator's lag (master offset - committed
+   offset) is sampled; it keeps up when the lag at the end of the step is no
+   larger than a second's worth of commands. Then one unpaced redis-benchmark
+   burst and the rate at which the replicator drained it. Target: keeps up
+   with >= 20k SET/s.
+
+Prints tables; writes redis.json and redis.html to --out. Every process is
+stopped by PID at the end, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.procs import Processes, interrupt_on_signals
+from bench.rkv_cluster import RkvCluster, find_rkv, start
+from bench.support import BenchError, free_ports, http_json, progress, wait_until
+
+FULL_SYNC_TARGET_S = 60.0
+KEEP_UP_TARGET = 20_000
+
+
+class Resp:
+    """The few RESP calls the benchmark needs (pipelined sends, replies read back)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+        self.buffer = b""
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise BenchError("redis closed the connection")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        return line
+
+    def _reply(self) -> Any:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"$":
+            size = int(rest)
+            if size < 0:
+                return None
+            while len(self.buffer) < size + 2:
+                self.buffer += self.sock.recv(1 << 20)
+            data, self.buffer = self.buffer[:size], self.buffer[size + 2 :]
+            return data
+        if kind == b"*":
+            return [self._reply() for _ in range(int(rest))]
+        if kind == b"-":
+            raise BenchError(f"redis error: {rest.decode()}")
+        return rest
+
+    def pipeline(self, commands: list[list[str]]) -> list[Any]:
+        out = bytearray()
+        for command in commands:
+            out += b"*%d\r\n" % len(command)
+            for arg in command:
+                data = arg.encode()
+                out += b"$%d\r\n%s\r\n" % (len(data), data)
+        self.sock.sendall(out)
+        return [self._reply() for _ in commands]
+
+    def call(self, *args: str) -> Any:
+        return self.pipeline([list(args)])[0]
+
+    def offset(self) -> int:
+        info = self.call("INFO", "replication").decode()
+        return int(info.split("master_repl_offset:")[1].split()[0])
+
+
+class Checkpoints:
+    def __init__(self, cluster: RkvCluster, prefix: str) -> None:
+        self.cluster = cluster
+        self.name = f"redis:{prefix}"
+
+    def read(self) -> dict[str, Any] | None:
+        answer = http_json(f"{self.cluster.leader_url}/v1/checkpoints?encoding=utf-8")
+        for item in answer["checkpoints"]:
+            if item["name"] == self.name:
+                found: dict[str, Any] = json.loads(item["value"])
+                return found
+        return None
+
+    def committed(self) -> int:
+        found = self.read()
+        return 0 if found is None or found["state"] != "streaming" else int(found["offset"])
+
+
+def replicator_argv(cluster: RkvCluster, port: int, prefix: str) -> list[str]:
+    source = f"redis://127.0.0.1:{port}"
+    urls = ",".join(cluster.urls)
+    return [
+        find_rkv(), "redis-replicate", "--source", source, "--url", urls,
+        "--status-interval", "5", "--prefix", prefix,
+    ]  # fmt: skip
+
+
+def populate_mixed(redis: Resp, keys: int) -> None:
+    batch: list[list[str]] = []
+    for i in range(keys):
+        kind = i % 5
+        name = f"m:{i}"
+        if kind == 0:
+            batch.append(["SET", name, f"value-{i}"])
+        elif kind == 1:
+            batch.append(["HSET", name, "a", str(i), "b", "x" * 16, "c", "y"])
+        elif kind == 2:
+            batch.append(["SADD", name, "p", "q", str(i)])
+        elif kind == 3:
+            batch.append(["RPUSH", name, "1", "2", str(i)])
+        else:
+            batch.append(["ZADD", name, "1", "a", "2.5", "b", str(i), "c"])
+        if len(batch) >= 5000:
+            redis.pipeline(batch)
+            batch = []
+    if batch:
+        redis.pipeline(batch)
+
+
+def full_sync(
+    procs: Processes, cluster: RkvCluster, redis: Resp, port: int, work: Path, label: str
+) -> dict[str, Any]:
+    keys = int(redis.call("DBSIZE"))
+    checkpoints = Checkpoints(cluster, f"{label}/")
+    target = redis.offset()
+    progress(f"full sync ({label}): {keys:,} keys")
+    started = time.monotonic()
+    replicator = procs.start(
+        f"replicator ({label})",
+        replicator_argv(cluster, port, f"{label}/"),
+        work / f"replicator-{label}.log",
+    )
+    seconds = 0.0
+
+    def done() -> bool:
+        nonlocal seconds
+        found = checkpoints.read()
+        if found and found["state"] == "streaming" and found["offset"] >= target:
+            seconds = time.monotonic() - started
+            return True
+        return False
+
+    wait_until(f"the full sync ({label})", done, 3600, replicator.exited)
+    procs.stop(replicator)
+    result = {"label": label, "keys": keys, "seconds": round(seconds, 2)}
+    result["keys_per_s"] = round(keys / seconds)
+    progress(f"full sync ({label}): {keys:,} keys in {seconds:.1f}s ({keys / seconds:,.0f} keys/s)")
+    return result
+
+
+def steady_state(
+    procs: Processes,
+    cluster: RkvCluster,
+    redis: Resp,
+    port: int,
+    work: Path,
+    rates: list[int],
+    step: float,
+) -> list[dict[str, Any]]:
+    checkpoints = Checkpoints(cluster, "mixed/")
+    replicator = procs.start(
+        "replicator (steady)",
+        replicator_argv(cluster, port, "mixed/"),
+        work / "replicator-steady.log",
+    )
+    wait_until(
+        "the replicator", lambda: checkpoints.committed() >= redis.offset(), 3600, replicator.exited
+    )
+    rows: list[dict[str, Any]] = []
+    command_bytes = len(b"*3\r\n$3\r\nSET\r\n$10\r\nkey:000000\r\n$16\r\n") + 16 + 2
+    for rate in rates:
+        progress(f"steady state: {rate:,} SET/s for {step:.0f}s")
+        sent = 0
+        lags: list[int] = []
+        started = time.monotonic()
+        next_sample = started + 1.0
+        while (now := time.monotonic()) - started < step:
+            due = int((now - started) * rate) - sent
+            if due > 0:
+                redis.pipeline(
+                    [["SET", f"key:{(sent + i) % 100_000:06d}", "v" * 16] for i in range(due)]
+                )
+                sent += due
+            if now >= next_sample:
+                lags.append(redis.offset() - checkpoints.committed())
+                next_sample += 1.0
+            time.sleep(0.005)
+        achieved = sent / (time.monotonic() - started)
+        final_lag = redis.offset() - checkpoints.committed()
+        kept_up = final_lag <= rate * command_bytes
+        rows.append(
+            {
+                "rate": rate,
+                "achieved": round(achieved),
+                "max_lag_bytes": max(lags or [0]),
+                "final_lag_bytes": final_lag,
+                "kept_up": kept_up,
+            }
+        )
+        progress(f"  lag at the end {final_lag:,} bytes: {'kept up' if kept_up else 'fell behind'}")
+        wait_until(
+            "catching up", lambda: checkpoints.committed() >= redis.offset(), 600, replicator.exited
+        )
+    benchmark = shutil.which("redis-benchmark")
+    if benchmark is not None:
+        requests = 200_000
+        progress(f"redis-benchmark burst: {requests:,} SETs")
+        offset_before = checkpoints.committed()
+        started = time.monotonic()
+        subprocess.run(
+            [benchmark, "-p", str(port), "-t", "set", "-n", str(requests), "-r", "100000", "-q"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        produced = time.monotonic() - started
+        target = redis.offset()
+        wait_until(
+            "draining the burst",
+            lambda: checkpoints.committed() >= target,
+            1200,
+            replicator.exited,
+        )
+        drained = time.monotonic() - started
+        rows.append(
+            {
+                "rate": "redis-benchmark",
+                "achieved": round(requests / produced),
+                "max_lag_bytes": target - offset_before,
+                "final_lag_bytes": 0,
+                "kept_up": False,
+                "drain_rate": round(requests / drained),
+            }
+        )
+        progress(
+            f"  produced at {requests / produced:,.0f}/s, drained at {requests / drained:,.0f}/s"
+        )
+    procs.stop(replicator)
+    return rows
+
+
+def render(results: dict[str, Any]) -> tuple[str, str]:
+    lines = ["full sync", f"{'data':>10} {'keys':>10} {'seconds':>9} {'keys/s':>9}"]
+    for row in results["full_sync"]:
+        lines.append(
+            f"{row['label']:>10} {row['keys']:>10,} {row['seconds']:>9.1f} {row['keys_per_s']:>9,}"
+        )
+    lines += [
+        f"target: 1M string keys <= {FULL_SYNC_TARGET_S:.0f} s",
+        "",
+        "steady state",
+        f"{'SET/s':>16} {'achieved':>9} {'max lag B':>11} {'end lag B':>11} {'kept up':>8}",
+    ]
+    for row in results["steady"]:
+        extra = f"  drained at {row['drain_rate']:,}/s" if "drain_rate" in row else ""
+        lines.append(
+            f"{row['rate']!s:>16} {row['achieved']:>9,} {row['max_lag_bytes']:>11,} "
+            f"{row['final_lag_bytes']:>11,} {row['kept_up']!s:>8}{extra}"
+        )
+    lines.append(f"target: keeps up with >= {KEEP_UP_TARGET:,} SET/s")
+    table = "\n".join(lines)
+    html = (
+        "<!doctype html><meta charset=utf-8><title>rkv redis replicator benchmark</title>"
+        f"<h1>rkv redis replicator benchmark</h1><pre>{table}</pre>"
+    )
+    return table, html
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.redis", description=__doc__)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--rates", default="5000,10000,20000,40000")
+    parser.add_argument("--step-seconds", type=float, default=20.0)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args(argv)
+    rates = [int(r) for r in args.rates.split(",")]
+    interrupt_on_signals()
+    work = Path(tempfile.mkdtemp(prefix="rkv-bench-redis-"))
+    results: dict[str, Any] = {"keys": args.keys, "full_sync": [], "steady": []}
+    try:
+        with Processes() as procs:
+            port = free_ports(1)[0]
+            server_argv = [
+                    "redis-server",
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(work),
+                    "--enable-debug-command",
+                    "local",
+                    "--repl-backlog-size",
+                    "256mb",
+            ]  # fmt: skip
+            procs.start("redis-server", server_argv, work / "redis.log")
+            time.sleep(0.5)
+            redis = Resp(port)
+            (work / "rkv").mkdir()
+            cluster = start(procs, work / "rkv")
+            for label in ("strings", "mixed"):
+                redis.call("FLUSHALL")
+                if label == "strings":
+                    redis.call("DEBUG", "POPULATE", str(args.keys), "key", "16")
+                else:
+                    populate_mixed(redis, args.keys)
+                results["full_sync"].append(full_sync(procs, cluster, redis, port, work, label))
+                if label == "mixed":
+                    results["steady"] = steady_state(
+                        procs, cluster, redis, port, work, rates, args.step_seconds
+                    )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    table, html = render(results)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "redis.json").write_text(json.dumps(results, indent=2))
+    (args.out / "redis.html").write_text(html)
+    progress(f"wrote {args.out / 'redis.json'} and {args.out / 'redis.html'}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as error:
+        print(f"bench.redis: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from replication.redis.dump import line
-from tests.redis.conftest import RedisServer
-from tests.redis.resp_client import RespClient
+from tests.redis.conftest import RedisServer, redis_server_binary
+from tests.redis.resp_client import RespClient, RespError
 from tests.support.cluster import LocalCluster, http
 
 PTTL_TOLERANCE_MS = 5_000
@@ -67,6 +68,48 @@ def redis_dump(client: RespClient, databases: int = 16) -> list[dict[str, Any]]:
             records.append(json.loads(line(db, key, kind, value, int(pttl))))
     client.execute("SELECT", 0)
     return records
+
+
+def port_closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def start_on_port(directory: Path, port: int) -> subprocess.Popen[bytes]:
+    """Restart a redis-server on a known port and directory (its dump.rdb is loaded);
+    the caller stops it by PID."""
+    command = [
+            redis_server_binary(),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            "--dbfilename",
+            "dump.rdb",
+            "--logfile",
+            str(directory / "redis-restarted.log"),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with RespClient("127.0.0.1", port, timeout=2) as client:
+                if client.execute("PING") == "PONG":
+                    return process
+        except (OSError, RespError, ConnectionError):
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError(f"redis-server did not restart on port {port}")
 
 
 def compare_dumps(

@@ -17,8 +17,10 @@ from tests.redis.replica_support import (
     Replicator,
     checkpoint,
     compare_dumps,
+    port_closed,
     redis_dump,
     rkv_dump,
+    start_on_port,
     wait_caught_up,
 )
 from tests.redis.workload import populate, random_workload, send_all
@@ -231,3 +233,40 @@ def test_an_unsupported_command_stops_with_a_clear_error_and_keeps_the_checkpoin
         assert dumped.get("before") == "1" and "after" not in dumped
     finally:
         replicator.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_master_restarted_from_its_rdb_continues_the_stream(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    """Redis 7 keeps its replication id and offset in the RDB: after SHUTDOWN SAVE and a
+    restart it accepts the replicator's PSYNC (+CONTINUE) instead of a full resync."""
+    directory = tmp_path / "master"
+    with run_redis_server(directory) as first:
+        port = first.port
+        with first.client() as client:
+            populate(client)
+        replicator = Replicator(first, cluster, tmp_path / "replicator.log")
+        try:
+            replicator.start()
+            with first.client() as client:
+                wait_caught_up(cluster, client, replicator)
+                random_workload(client, seed=5, count=200)
+                wait_caught_up(cluster, client, replicator)
+                client.send("SHUTDOWN", "SAVE")
+            wait_until(lambda: port_closed(port), 30, "the master to exit")
+            # the replicator keeps reconnecting while the master is down
+            restarted = start_on_port(directory, port)
+            try:
+                server = RedisServer("127.0.0.1", port, directory)
+                with server.client() as client:
+                    random_workload(client, seed=6, count=200)
+                assert_same(cluster, server, replicator)
+                output = replicator.output()
+                assert output.count("full sync done") == 1, output[-3000:]
+                assert "partial resync" in output, output[-3000:]
+            finally:
+                restarted.terminate()
+                restarted.wait(15)
+        finally:
+            replicator.stop()

@@ -47,6 +47,8 @@ COMMIT_EVERY = 0.05
 IDLE_CHECKPOINT = 1.0
 """Seconds after which an advanced offset with no data (PINGs) is checkpointed."""
 RECONNECT_PAUSE = 1.0
+TXN_WRITES = 9_900
+"""Writes one commit may hold (rkv takes 10,000 compares and ops per transaction)."""
 READ_AHEAD = 2000
 """Commands read from the link at once, so their keys are fetched in one round trip."""
 
@@ -169,6 +171,7 @@ class Replicator:
         first_pending: float | None = None
         in_multi = False
         safe_offset, safe_db = last, context.db
+        since_mark: list[ReplicatedCommand] = []
         queue: deque[ReplicatedCommand] = deque()
         while not self.stop_event.is_set():
             if not queue:
@@ -185,8 +188,19 @@ class Replicator:
                     # What a failing command (or MULTI block) is taken back to.
                     view.mark()
                     safe_offset, safe_db = last, context.db
+                    since_mark = []
+                since_mark.append(command)
                 try:
                     in_multi = self._apply(view, context, command, in_multi)
+                    if len(view.pending) > TXN_WRITES:
+                        committed = self._apply_alone(
+                            view,
+                            context,
+                            since_mark,
+                            committed,
+                            safe=(safe_offset, safe_db),
+                            link=link,
+                        )
                 except ReplicationStop as stop:
                     view.rollback_to_mark()
                     if safe_offset > committed.offset:
@@ -208,6 +222,33 @@ class Replicator:
                 first_pending = None
             if now - self._last_status >= self.config.status_interval:
                 self._report(link, committed)
+
+    def _apply_alone(
+        self,
+        view: BatchView,
+        context: CommandContext,
+        block: list[ReplicatedCommand],
+        committed: Checkpoint,
+        *,
+        safe: tuple[int, int],
+        link: MasterLink,
+    ) -> Checkpoint:
+        """Too much for one transaction with what came before: commit that first
+        (up to the ``safe`` offset and db), then apply ``block`` (the command, or
+        its MULTI block so far) again alone."""
+        view.rollback_to_mark()
+        context.db = safe[1]
+        if safe[0] > committed.offset:
+            committed = self._commit(view, committed, safe[0], safe[1], link)
+        view.mark()
+        for command in block:
+            self._apply(view, context, command, True)
+        if len(view.pending) > TXN_WRITES:
+            raise ReplicationStop(
+                f"{block[-1].name.decode().upper()} needs {len(view.pending)} writes, "
+                f"more than one rkv transaction holds ({TXN_WRITES})"
+            )
+        return committed
 
     @staticmethod
     def _read_ahead(link: MasterLink, queue: deque[ReplicatedCommand], timeout: float) -> None:

@@ -270,3 +270,26 @@ def test_a_master_restarted_from_its_rdb_continues_the_stream(
                 restarted.wait(15)
         finally:
             replicator.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_big_command_gets_a_transaction_of_its_own_or_a_clear_stop(
+    tmp_path: Path, cluster: LocalCluster, redis_server: RedisServer
+) -> None:
+    replicator = Replicator(redis_server, cluster, tmp_path / "replicator.log")
+    try:
+        replicator.start()
+        with redis_server.client() as client:
+            wait_caught_up(cluster, client, replicator)
+            # thousands of small writes, then one command with 6,000 writes: together
+            # more than one transaction holds, so the batch before it commits first
+            send_all(client, [["SET", f"k{i}", str(i)] for i in range(8000)])
+            client.execute("RPUSH", "big", *[str(i) for i in range(6000)])
+        assert_same(cluster, redis_server, replicator)
+        with redis_server.client() as client:
+            client.execute("RPUSH", "huge", *[str(i) for i in range(12_000)])
+        assert replicator.wait(120) == 1
+        output = replicator.output()
+        assert "RPUSH needs" in output and "more than one rkv transaction holds" in output
+    finally:
+        replicator.stop()

@@ -94,6 +94,34 @@ class RkvStore:
         for start in range(0, len(ops), MAX_BATCH_OPS):
             self.client.txn_raw({"success": ops[start : start + MAX_BATCH_OPS]})
 
+    def write_guarded(self, changes: dict[bytes, bytes | None], expected_version: int) -> None:
+        """Write ``changes`` in one transaction if the checkpoint's version is still
+        ``expected_version`` (a full sync's batches: they leave the checkpoint as it is,
+        so several may be in flight at once). Raises CheckpointConflict."""
+        name = self.checkpoint_name
+        body = {
+            "compare": [{"checkpoint": name, "version": expected_version}],
+            "success": [_op(key, value) for key, value in changes.items()],
+            "failure": [{"op": "get", "checkpoint": name}],
+        }
+        answer = self._send(body)
+        if not answer["succeeded"]:
+            found = answer["results"][0]
+            raise CheckpointConflict(
+                f"the checkpoint {name} moved (version {found.get('version', 0)}, expected "
+                f"{expected_version}): another replicator is writing this prefix"
+            )
+
+    def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a guarded transaction, again and again while rkv cannot answer (the
+        guard makes a repeat of one that landed harmless)."""
+        while True:
+            try:
+                return self.client.txn_raw(body)
+            except (UnavailableError, ClusterUnreachableError) as exc:
+                logger.warning("commit failed or its outcome is unknown (%s); retrying", exc)
+                time.sleep(_RETRY_PAUSE)
+
     def commit(
         self, changes: dict[bytes, bytes | None], checkpoint: Checkpoint, expected_version: int
     ) -> int:
@@ -108,24 +136,16 @@ class RkvStore:
             ],
             "failure": [{"op": "get", "checkpoint": self.checkpoint_name}],
         }
-        while True:
-            try:
-                answer = self.client.txn_raw(body)
-            except (UnavailableError, ClusterUnreachableError) as exc:
-                # Unknown outcome or no leader for a while: the same commit again (the
-                # compare makes a second landing impossible).
-                logger.warning("commit failed or its outcome is unknown (%s); retrying", exc)
-                time.sleep(_RETRY_PAUSE)
-                continue
-            if answer["succeeded"]:
-                return int(answer["results"][-1]["version"])
-            current = answer["results"][0]
-            if current["found"] and base64.b64decode(current["value"]) == checkpoint.encode():
-                return int(current["version"])  # an earlier attempt of this very commit landed
-            raise CheckpointConflict(
-                f"the checkpoint {self.checkpoint_name} moved (version {current.get('version', 0)}"
-                f", expected {expected_version}): another replicator is writing this prefix"
-            )
+        answer = self._send(body)
+        if answer["succeeded"]:
+            return int(answer["results"][-1]["version"])
+        current = answer["results"][0]
+        if current["found"] and base64.b64decode(current["value"]) == checkpoint.encode():
+            return int(current["version"])  # an earlier attempt of this very commit landed
+        raise CheckpointConflict(
+            f"the checkpoint {self.checkpoint_name} moved (version {current.get('version', 0)}"
+            f", expected {expected_version}): another replicator is writing this prefix"
+        )
 
 
 def _op(key: bytes, value: bytes | None) -> dict[str, Any]:
@@ -220,6 +240,14 @@ class BatchView:
         self.pending_bytes = 0
         self._undo = {}
         return version
+
+    def take_pending(self) -> dict[bytes, bytes | None]:
+        """Hand the pending writes to the caller (who writes them) and start afresh."""
+        pending = self.pending
+        self.pending = {}
+        self.pending_bytes = 0
+        self._undo = {}
+        return pending
 
     def discard(self) -> None:
         """Forget the pending writes (and the cache, which they may have shadowed)."""

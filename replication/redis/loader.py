@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from replication.redis.batch import BatchView, RkvStore
@@ -28,6 +31,8 @@ from replication.redis.rdb import KeyValue, Stream, parse_rdb
 logger = logging.getLogger(__name__)
 
 _PROGRESS_SECONDS = 2.0
+WRITERS = 2
+"""Batches of a full sync in flight at once."""
 _DELETE_PAGE = 2000
 
 
@@ -58,6 +63,45 @@ def _value(event: KeyValue) -> Any:
     return value
 
 
+class _Writers:
+    """Up to WRITERS guarded batch writes in flight, each thread with its own client:
+    parsing the RDB overlaps with rkv committing what was parsed before."""
+
+    def __init__(self, make_store: Callable[[], RkvStore], version: int) -> None:
+        self._make_store = make_store
+        self._version = version
+        self._local = threading.local()
+        self._stores: list[RkvStore] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="redis-load")
+        self._futures: deque[Future[None]] = deque()
+
+    def _write(self, changes: dict[bytes, bytes | None]) -> None:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = self._make_store()
+            with self._lock:
+                self._stores.append(store)
+        store.write_guarded(changes, self._version)
+
+    def submit(self, changes: dict[bytes, bytes | None]) -> None:
+        while len(self._futures) >= WRITERS:
+            self._futures.popleft().result()
+        self._futures.append(self._pool.submit(self._write, changes))
+
+    def __enter__(self) -> _Writers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            while self._futures:
+                self._futures.popleft().result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            for store in self._stores:
+                store.client.close()
+
+
 def load_snapshot(
     store: RkvStore,
     prefix: bytes,
@@ -66,6 +110,7 @@ def load_snapshot(
     *,
     version: int,
     status: Callable[[str], None],
+    make_store: Callable[[], RkvStore],
 ) -> tuple[Checkpoint, int]:
     """Load ``sync.payload`` into a new generation and switch to it; returns the
     streaming checkpoint and its version."""
@@ -80,48 +125,47 @@ def load_snapshot(
         status(f"redis-replicate: dropped {dropped} leftover keys of generation {generation}")
     layout = Layout(prefix, generation)
     loading = Checkpoint(sync.replid, sync.offset, 0, generation, "loading")
+    loading.updated_ms = int(time.time() * 1000)
     view = BatchView(store, cache_entries=0)
-    state = {"version": version}
-
-    def flush() -> None:
-        loading.updated_ms = int(time.time() * 1000)
-        state["version"] = view.commit(loading, state["version"])
-
-    view.on_full = flush  # a large key commits part-way: the load is not atomic anyway
-
+    # Claim the prefix: every batch of the load is guarded by this version.
+    version = view.commit(loading, version)
     started = last = time.monotonic()
     keys = 0
-    for event in parse_rdb(sync.payload):
-        if not isinstance(event, KeyValue):
-            continue
-        keys += 1
-        try:
-            write_value(
-                view,
-                layout,
-                Layout.default_namespace(event.db),
-                event.key,
-                event.type_name,
-                _value(event),
-                event.expire_ms,
-                f"r{keys}",
-            )
-        except ValueError as exc:
-            raise ReplicationStop(f"key {event.key!r} of db {event.db}: {exc}") from exc
-        now = time.monotonic()
-        if now - last >= _PROGRESS_SECONDS:
-            last = now
-            status(
-                f"redis-replicate: full sync: {keys} keys loaded "
-                f"({keys / (now - started):.0f} keys/s)"
-            )
+    with _Writers(make_store, version) as writers:
+        view.on_full = lambda: writers.submit(view.take_pending())
+        for event in parse_rdb(sync.payload):
+            if not isinstance(event, KeyValue):
+                continue
+            keys += 1
+            try:
+                write_value(
+                    view,
+                    layout,
+                    Layout.default_namespace(event.db),
+                    event.key,
+                    event.type_name,
+                    _value(event),
+                    event.expire_ms,
+                    f"r{keys}",
+                )
+            except ValueError as exc:
+                raise ReplicationStop(f"key {event.key!r} of db {event.db}: {exc}") from exc
+            now = time.monotonic()
+            if now - last >= _PROGRESS_SECONDS:
+                last = now
+                status(
+                    f"redis-replicate: full sync: {keys} keys loaded "
+                    f"({keys / (now - started):.0f} keys/s)"
+                )
+        view.on_full = None
+    # Every batch has landed; the switch goes with the last writes.
     view.put(layout.current_key, json.dumps({"generation": generation}).encode())
     if serving is not None:
         view.put(layout.gc_prefix() + b"g/%d" % serving, b"")
     final = Checkpoint(
         sync.replid, sync.offset, 0, generation, "streaming", updated_ms=int(time.time() * 1000)
     )
-    version = view.commit(final, state["version"])
+    version = view.commit(final, version)
     status(
         f"redis-replicate: full sync done: {keys} keys in {time.monotonic() - started:.1f}s; "
         f"readers now see generation {generation}"

@@ -148,6 +148,7 @@ class Replicator:
                 checkpoint,
                 version=self._version,
                 status=self._status,
+                make_store=lambda: RkvStore(self._make_client(), self.store.checkpoint_name),
             )
         else:
             assert checkpoint is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, BinaryIO, Protocol
 
 from node.commands import Command, Txn
@@ -66,6 +67,8 @@ class KvApi(Protocol):
 
     @property
     def log_head(self) -> int: ...
+
+    def complete_log_range(self, from_offset: int) -> AbstractContextManager[None]: ...
 
     def log_chunks(
         self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int

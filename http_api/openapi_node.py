@@ -71,15 +71,24 @@ def node_paths() -> dict[str, Any]:
                 "docs/ARCHITECTURE.md). Header Rkv-Head-Offset: the last offset when the "
                 "answer started. A removed offset reads as the next greater one.",
                 "parameters": [
-                    {"name": n, "in": "query", "schema": {"type": "integer", "minimum": m}}
-                    for n, m in (("from", 0), ("to", 0), ("limit", 1))
+                    *(
+                        {"name": n, "in": "query", "schema": {"type": "integer", "minimum": m}}
+                        for n, m in (("from", 0), ("to", 0), ("limit", 1))
+                    ),
+                    {
+                        "name": "complete",
+                        "in": "query",
+                        "description": "1: only if every record from `from` on is still "
+                        "here (409 range_compacted otherwise); compaction waits meanwhile",
+                        "schema": {"type": "string", "enum": ["1", "true"]},
+                    },
                 ],
                 "responses": {
                     "200": {
                         "description": "Framed records",
                         "content": {"application/x-rkv-log": {}},
                     },
-                    **errors(400),
+                    **errors(400, 409),
                 },
             }
         },

@@ -3,7 +3,10 @@
 Body: records in their commit-log framing (node/log_feed.py documents it;
 every record carries its CRC-32), content type application/x-rkv-log.
 Headers: Rkv-Head-Offset, this node's last offset when the answer started.
-Parameters: from (default 1), to (inclusive, optional), limit (optional).
+Parameters: from (default 1), to (inclusive, optional), limit (optional),
+complete=1: answer 409 ``range_compacted`` unless every record from ``from``
+on is still in the log, and keep compaction off while it is streamed (a
+lagging replica's catch-up; it installs the whole state otherwise).
 Internal records (the reserved prefix) travel too: they are state.
 """
 
@@ -13,7 +16,7 @@ import asyncio
 
 from aiohttp import web
 
-from http_api.encoding import int_param, raw_query
+from http_api.encoding import int_param, raw_query, text_param
 from http_api.kv_api import KvApi
 from node.log_feed import LOG_CONTENT_TYPE
 
@@ -27,6 +30,14 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         from_offset = int_param(params, "from") or 1
         to_offset = int_param(params, "to")
         limit = int_param(params, "limit", minimum=1)
+        if text_param(params, "complete") in ("1", "true"):
+            with kv.complete_log_range(from_offset):
+                return await _stream(request, kv, from_offset, to_offset, limit)
+        return await _stream(request, kv, from_offset, to_offset, limit)
+
+    async def _stream(
+        request: web.Request, kv: KvApi, from_offset: int, to_offset: int | None, limit: int | None
+    ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": LOG_CONTENT_TYPE, "Rkv-Head-Offset": str(kv.log_head)}
         )

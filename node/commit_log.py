@@ -51,8 +51,13 @@ class CommitLog:
         self._sync_lock = threading.Lock()
         self._segments: list[Segment] = []
         self._bases: list[int] = []
-        # Held by a compaction run and by replace_with: one rewrite at a time.
+        # Held by a compaction run and by replace_with: one rewrite at a time (and by a
+        # reader that needs a complete range, see compacted_through).
         self.rewriting = threading.Lock()
+        self.compacted_through = 0
+        """Records at or below this offset may have been removed (compacted, or never
+        here after a state install); above it the log holds every record. After a
+        restart, conservatively, the end of the last closed segment."""
 
     @classmethod
     def open(cls, directory: Path, config: StorageConfig) -> CommitLog:
@@ -61,7 +66,15 @@ class CommitLog:
         segment_swap.recover(directory)
         log._segments = log._load_segments()
         log._bases = [s.base_offset for s in log._segments]
+        log.compacted_through = log._closed_end()
         return log
+
+    def _closed_end(self) -> int:
+        """The last offset of the closed segments (0 if none holds a record)."""
+        for segment in reversed(self._segments[:-1]):
+            if not segment.is_empty:
+                return segment.last_offset
+        return 0
 
     def _load_segments(self) -> list[Segment]:
         directory, config = self.directory, self._config
@@ -222,6 +235,8 @@ class CommitLog:
             with self._lock:
                 self._segments = self._load_segments()
                 self._bases = [s.base_offset for s in self._segments]
+                # an installed state has no history: nothing below its head is complete
+                self.compacted_through = max(self.next_offset - 1, self._closed_end())
             shutil.rmtree(old)
 
     def sync(self) -> None:
@@ -272,6 +287,8 @@ class CommitLog:
         with self._lock:
             self._segments[: len(old)] = installed
             self._bases = [s.base_offset for s in self._segments]
+            ends = [s.last_offset for s in old if not s.is_empty]
+            self.compacted_through = max([self.compacted_through, *ends])
 
     # -- reading -----------------------------------------------------------------
 

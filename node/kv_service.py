@@ -24,6 +24,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, cast
 
@@ -358,6 +359,24 @@ class KvService:
     def log_head(self) -> int:
         """The highest offset in this node's commit log."""
         return self._log.last_offset
+
+    @contextmanager
+    def complete_log_range(self, from_offset: int) -> Iterator[None]:
+        """While the block runs, offsets from ``from_offset`` on are all in the log and
+        no compaction removes any (a lagging replica pulls such a range instead of the
+        whole state). Raises Conflict ``range_compacted`` when that cannot be promised."""
+        log = self._log
+        if not log.rewriting.acquire(blocking=False):
+            raise Conflict("a compaction is rewriting the log", code="range_compacted")
+        try:
+            if from_offset <= log.compacted_through:
+                raise Conflict(
+                    f"offsets up to {log.compacted_through} may have been compacted",
+                    code="range_compacted",
+                )
+            yield
+        finally:
+            log.rewriting.release()
 
     def log_chunks(
         self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int

@@ -9,11 +9,15 @@ index and offset at or above the marker's) and installs it in place of its
 own (node/state_install.py). Raft entries up to the installed index are then
 skipped as already applied; later ones apply as on every replica.
 
-Why the state and not a range of the leader's commit log: the log is
-compacted, and a key overwritten after the range's end has no record left
-inside it; later entries that read it (conditions, counters, producer state)
-would then decide differently here. A state snapshot has no such hole. The
-cost: a follower that missed a few entries downloads the whole state.
+A follower that missed only recent entries first asks for just the missing
+range of the source's commit log (``GET /v1/log?complete=1``). The source
+serves it only if no compaction has touched those offsets (and holds
+compaction off while it streams); the range is then exactly the records the
+missing entries wrote, tombstones included. Otherwise (409 range_compacted)
+the follower installs the whole state: in a compacted range, a key
+overwritten after the range's end has no record left inside it, and later
+entries that read it (conditions, counters, producer state) would decide
+differently here (the chaos campaigns found exactly that).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 from node.errors import ReplicationError
+from node.log_feed import RecordDecoder
+from node.record import Record
 from node.recovery import NodeStorage
 from node.snapshot_format import SnapshotReader
 from node.state_install import install_snapshot
@@ -38,9 +45,61 @@ DOWNLOAD_DIR = ".catch-up"
 
 
 def catch_up(storage: NodeStorage, source_url: str, to_index: int, to_offset: int) -> int:
-    """Install ``source_url``'s state, which must be at or above raft index
-    ``to_index`` and offset ``to_offset``. Returns the number of keys installed.
-    Raises ReplicationError, SnapshotFormatError, StorageError or OSError."""
+    """Bring the state to raft index ``to_index`` and offset ``to_offset`` from
+    ``source_url``: the missing range of its log when it is complete there, else
+    its whole state. Returns the records pulled or keys installed. Raises
+    ReplicationError, SnapshotFormatError, StorageError or OSError."""
+    try:
+        return pull_range(storage, source_url, to_offset, to_index)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+        logger.info("catching up: %s has compacted the range; installing its state", source_url)
+    return install_state(storage, source_url, to_index, to_offset)
+
+
+def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index: int) -> int:
+    """Pull the offsets after this node's applied offset up to ``to_offset``, which the
+    source holds complete; afterwards the state stands at ``raft_index``."""
+    log, store = storage.commit_log, storage.store
+    from_offset = store.applied_offset + 1
+    url = f"{source_url.rstrip('/')}/v1/log?from={from_offset}&to={to_offset}&complete=1"
+    logger.info("catching up: pulling offsets %d..%d from %s", from_offset, to_offset, url)
+    decoder = RecordDecoder(source_url, log.max_record_bytes)
+    pulled = received = 0
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as response:
+        head = int(response.headers.get("Rkv-Head-Offset") or 0)
+        if head < to_offset:
+            raise ReplicationError(
+                f"{source_url} holds offsets up to {head} only, not up to {to_offset}"
+            )
+        while chunk := response.read(_READ_BYTES):
+            received += len(chunk)
+            records: list[Record] = decoder.feed(chunk)
+            if records:
+                log.append(records)
+                store.apply_records(records, max(store.applied_index, records[-1].raft_index))
+                pulled += len(records)
+    decoder.finish()
+    log.advance_to(to_offset + 1)
+    log.sync()
+    store.write([], raft_index, max(store.applied_offset, to_offset))
+    store.sync()
+    logger.info(
+        "caught up: %d records (%.1f MB) pulled from %s in %.2fs; now at raft index %d, offset %d",
+        pulled,
+        received / 1e6,
+        source_url,
+        time.monotonic() - started,
+        raft_index,
+        store.applied_offset,
+    )
+    return pulled
+
+
+def install_state(storage: NodeStorage, source_url: str, to_index: int, to_offset: int) -> int:
+    """Install ``source_url``'s whole state (at or above ``to_index``/``to_offset``)."""
     started = time.monotonic()
     directory = storage.data_dir / DOWNLOAD_DIR
     shutil.rmtree(directory, ignore_errors=True)

@@ -169,6 +169,7 @@ class Replicator:
         context = CommandContext(layout=layout, db=checkpoint.db, offset=checkpoint.offset)
         committed = checkpoint
         last = checkpoint.offset
+        self._caught_up_at = time.monotonic()  # a full sync just ended, or a reconnect
         first_pending: float | None = None
         in_multi = False
         safe_offset, safe_db = last, context.db

@@ -199,3 +199,30 @@ def test_compaction_refuses_to_copy_a_corrupt_record(tmp_path: Path) -> None:
     assert info.value.path == first
     assert not (tmp_path / LOG_DIR / segment_swap.MANIFEST).exists()  # nothing was swapped
     storage.close()
+
+
+def test_the_log_knows_up_to_where_records_may_be_missing(tmp_path: Path) -> None:
+    """``compacted_through``: a lagging replica may pull a range above it (every record is
+    there) and must install the whole state below it (node/kv_service.complete_log_range)."""
+    storage = open_storage(tmp_path / "n", CONFIG)
+    log = storage.commit_log
+    index = random_workload(storage, random.Random(3), 200, 0)
+    assert log.segment_count > 2
+    assert log.compacted_through == 0  # nothing was ever compacted in this process
+    closed_end = log.closed_segments()[-1].last_offset
+    compact(log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
+    assert log.compacted_through == closed_end
+    # while a compaction runs (it holds the lock), no complete range can be promised
+    with log.rewriting:
+        assert log.rewriting.locked()
+    random_workload(storage, random.Random(4), 50, index)
+    assert log.compacted_through == closed_end  # appends do not move it
+    storage.close()
+    reopened = open_storage(tmp_path / "n", CONFIG)
+    try:
+        # after a restart nobody knows what was compacted: the closed segments count
+        assert reopened.commit_log.compacted_through == reopened.commit_log.closed_segments()[
+            -1
+        ].last_offset
+    finally:
+        reopened.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, BinaryIO
 
 import pytest
@@ -142,6 +143,9 @@ class NoService:
         raise AssertionError("not served")
 
     def checkpoints(self) -> list[tuple[str, bytes, int]]:
+        raise AssertionError("not served")
+
+    def complete_log_range(self, from_offset: int) -> AbstractContextManager[None]:
         raise AssertionError("not served")
 
     async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:

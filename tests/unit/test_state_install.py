@@ -86,6 +86,8 @@ def test_install_replaces_the_live_state_with_the_leaders(
     ]
     # ...and the next offset is the one the leader gives next.
     assert follower.commit_log.next_offset == leader.commit_log.next_offset
+    # the installed log has no history: no range below its head can be pulled from it
+    assert follower.commit_log.compacted_through == leader.commit_log.last_offset
     assert not (follower.data_dir / INSTALL_FLAG_FILE).exists()
 
 

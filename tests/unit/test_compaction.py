@@ -221,8 +221,9 @@ def test_the_log_knows_up_to_where_records_may_be_missing(tmp_path: Path) -> Non
     reopened = open_storage(tmp_path / "n", CONFIG)
     try:
         # after a restart nobody knows what was compacted: the closed segments count
-        assert reopened.commit_log.compacted_through == reopened.commit_log.closed_segments()[
-            -1
-        ].last_offset
+        assert (
+            reopened.commit_log.compacted_through
+            == reopened.commit_log.closed_segments()[-1].last_offset
+        )
     finally:
         reopened.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from http_api import (
+    routes_audit,
     routes_kv,
     routes_log,
     routes_node,
@@ -15,6 +16,7 @@ from http_api import (
 )
 from http_api.errors import error_middleware
 from http_api.kv_api import KvApi
+from http_api.routes_audit import AuditApi
 
 SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 
@@ -23,7 +25,8 @@ SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 MIN_BODY_LIMIT = 16 * 1024 * 1024
 
 
-def build_app(service: KvApi) -> web.Application:
+def build_app(service: KvApi, audits: AuditApi | None = None) -> web.Application:
+    """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
     app = web.Application(
         middlewares=[error_middleware],
         client_max_size=max(MIN_BODY_LIMIT, 2 * service.max_value_bytes + 65536),
@@ -36,4 +39,5 @@ def build_app(service: KvApi) -> web.Application:
     routes_snapshot.add_routes(app, SERVICE)
     routes_watch.add_routes(app, SERVICE)
     routes_producers.add_routes(app, SERVICE)
+    routes_audit.add_routes(app, audits)
     return app

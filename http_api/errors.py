@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from node.errors import (
+    AuditExportFailed,
     Conflict,
     InvalidRequest,
     KeyNotFound,
@@ -43,6 +44,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (UnknownOutcome, 503),
     (NodeNotReady, 503),
     (Unavailable, 503),
+    (AuditExportFailed, 500),
     (RequestError, 400),
 )
 

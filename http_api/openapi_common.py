@@ -14,20 +14,24 @@ BYTES = {"type": "string", "description": "base64, or text with encoding=utf-8"}
 INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
 
 _ERROR_TEXT = {
-    307: "Not the leader (consistency=leader, membership changes): Location names the leader",
-    400: "Invalid request (bad key, parameter, header or body)",
-    404: "No such key (or member)",
+    307: "Not the leader (consistency=leader, membership changes, audits): Location names "
+    "the leader",
+    400: "Invalid request (bad key, parameter, header or body; invalid_audit_id, invalid_buckets)",
+    404: "No such key (or member). Audits: audit_not_found (this node has no export of it, "
+    "or not yet), audit_not_finished, audit_file_not_found",
     409: "Conflict. Idempotent producer writes: producer_fenced (not the current epoch), "
     "out_of_order_sequence (a sequence was skipped), duplicate_sequence_too_old (a "
     f"retry older than the last {WINDOW} sequences), unknown_producer (unknown or "
     "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
     "membership_change_in_progress, member_exists, address_in_use, last_member or "
-    "member_is_leader",
+    "member_is_leader. Audits: audit_exists",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; a txn of more than "
     f"{MAX_TXN_OPS} compares and ops",
+    500: "audit_export_failed: this node's export of the audit failed (the message says "
+    "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
-    "no_leader or node_not_ready",
+    "no_leader, node_not_ready or audits_unavailable",
 }
 
 DUPLICATE_HEADER = {

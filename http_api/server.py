@@ -6,17 +6,20 @@ from aiohttp import web
 
 from http_api.app import build_app
 from http_api.kv_api import KvApi
+from http_api.routes_audit import AuditApi
 
 MAX_LINE_BYTES = 64 * 1024
 
 
 class HttpServer:
-    def __init__(self, service: KvApi, host: str, port: int) -> None:
+    def __init__(
+        self, service: KvApi, host: str, port: int, audits: AuditApi | None = None
+    ) -> None:
         # A 4096-byte key percent-encodes to ~12 KB of request line: raise
         # aiohttp's 8 KB line and header limits so such requests reach the app
         # (and its JSON errors) instead of a plain-text 400.
         self._runner = web.AppRunner(
-            build_app(service),
+            build_app(service, audits),
             access_log=None,
             handle_signals=False,
             max_line_size=MAX_LINE_BYTES,

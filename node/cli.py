@@ -1,9 +1,9 @@
 """The `rkv` command line: the parser and the dispatch (composition root).
 
-The commands live in node/cli_server.py (up, node, check: the server stack)
-and node/cli_client.py (put, get, delete, incr, append, scan, txn, compact,
-status, producer init: the blocking client); only the one that runs is
-imported.
+The commands live in node/cli_server.py (up, node, check: the server stack),
+node/cli_client.py (put, get, delete, incr, append, scan, txn, compact,
+status, producer init: the blocking client) and node/cli_audit_snapshot.py (audit
+snapshot); only the one that runs is imported.
 """
 
 from __future__ import annotations
@@ -272,6 +272,61 @@ def _run_snapshot(args: argparse.Namespace) -> int:
     )
 
 
+def _add_audit_commands(sub: Any) -> None:
+    """``rkv audit``: the consistency audit (DESIGN.md section 10). ``snapshot`` takes the
+    cut (node/cli_audit_snapshot.py). The comparison across replicas (``rkv audit run``,
+    and ``rkv audit`` with no action) belongs to spark_tools/ (node/cli_audit.py) and is
+    registered below as another action of the same group."""
+    audit = sub.add_parser("audit", help="consistency audit across replicas")
+    actions = audit.add_subparsers(dest="audit_command", metavar="ACTION")
+    snapshot = actions.add_parser(
+        "snapshot",
+        help="take a consistent cut through the raft log: every node exports its state "
+        "and log at the same raft index; prints the audit id and the raft index",
+        epilog="exit status: 0 ok, 1 refused by the server, 2 usage error, "
+        "3 cluster unreachable, unable to serve, an export failed, or --wait timed out",
+    )
+    snapshot.add_argument(
+        "--url",
+        action="append",
+        metavar="URL",
+        help=f"a node URL; repeat it or separate URLs with commas (default: ${URL_ENV} or "
+        f"{DEFAULT_URL}); the audit is started on the leader",
+    )
+    snapshot.add_argument(
+        "--buckets", type=_positive_int, default=None, help="key-range buckets, 1..1024 (16)"
+    )
+    snapshot.add_argument("--id", dest="audit_id", metavar="ID", help="the audit id (default: new)")
+    snapshot.add_argument(
+        "--wait",
+        action="store_true",
+        help="poll every node until its export is done; print each node's manifest summary",
+    )
+    snapshot.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        help="seconds: the longest --wait, and at most 30 per request (default 600)",
+    )
+    snapshot.add_argument("--json", action="store_true", help="print the raw answers")
+    # `rkv audit run` (the comparison, spark_tools/): its parser is added to `actions`
+    # here, and _run_audit dispatches it.
+
+
+def _run_audit(args: argparse.Namespace) -> int:
+    if args.audit_command == "snapshot":
+        from node.cli_audit_snapshot import run_audit_snapshot  # noqa: PLC0415
+
+        return run_audit_snapshot(args)
+    # `rkv audit run` / `rkv audit`: the comparison (spark_tools/) is dispatched here.
+    print(
+        "rkv audit: the comparison across replicas is not available yet; "
+        "'rkv audit snapshot' takes a cut",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _add_redis_commands(sub: Any) -> None:
     # The parsers are small; the replicator itself is imported only when it runs.
     from node.cli_redis import add_redis_commands  # noqa: PLC0415
@@ -298,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_commands(sub)
     _add_cluster_commands(sub)
     _add_snapshot_commands(sub)
+    _add_audit_commands(sub)
     _add_redis_commands(sub)
     return parser
 
@@ -310,6 +366,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from node.cli_server import run  # noqa: PLC0415
     elif args.command == "snapshot":
         run = _run_snapshot
+    elif args.command == "audit":
+        run = _run_audit
     elif args.command in REDIS_COMMANDS:
         from node.cli_redis import run_redis as run  # noqa: PLC0415
     elif args.command == "cluster":

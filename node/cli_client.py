@@ -284,7 +284,7 @@ def _client_cmd_compact(client: RkvClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster_request(
+def cluster_request(
     urls: list[str], method: str, path: str, body: Any, timeout: float
 ) -> tuple[int, Any]:
     """One request to the first node that answers, following 307s to the leader by
@@ -332,13 +332,13 @@ def run_cluster(args: argparse.Namespace) -> int:
         print(f"rkv cluster {action}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if action == "members":
-        status, answer = _cluster_request(urls, "GET", "/v1/cluster/members", None, args.timeout)
+        status, answer = cluster_request(urls, "GET", "/v1/cluster/members", None, args.timeout)
     elif action == "add":
         body = {"id": args.id, "raft_address": args.raft_address, "url": args.member_url}
-        status, answer = _cluster_request(urls, "POST", "/v1/cluster/members", body, args.timeout)
+        status, answer = cluster_request(urls, "POST", "/v1/cluster/members", body, args.timeout)
     else:
         path = "/v1/cluster/members/" + urllib.parse.quote(args.id, safe="")
-        status, answer = _cluster_request(urls, "DELETE", path, None, args.timeout)
+        status, answer = cluster_request(urls, "DELETE", path, None, args.timeout)
     if status != 200:
         answer = answer if isinstance(answer, dict) else {}
         print(

@@ -16,6 +16,7 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_INIT_PRODUCER, transactional_id | nil, expiry_ms]
             | [TAG_PRODUCED, producer_id, epoch, sequence, command]
             | [TAG_EXPIRE_PRODUCERS]
+            | [TAG_AUDIT_SNAPSHOT, audit_id, [split_point, ...]]
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
             | [4, key, by] (incr) | [5, key, suffix] (append)
@@ -48,6 +49,16 @@ over-counts); :class:`Produced` wraps a client write with its idempotent
 producer's id, epoch and sequence so that a retry never applies twice
 (node/producers.py has the rules). Integers are signed 64-bit.
 
+:class:`AuditSnapshot` (tag 12) marks a consistency-audit cut: it writes no
+record; once the entry holding it is applied, every node exports its state
+as of that entry (node/audit_export.py). ``audit_id`` is 1 to 64 characters
+of ``A-Z a-z 0-9 . _ -`` (not "." or "..": it names a directory); the split
+points (at most :data:`MAX_AUDIT_BUCKETS` - 1) are strictly ascending,
+non-empty byte strings of at most :data:`MAX_SPLIT_POINT_BYTES` bytes. They
+travel in the command because replicas may diverge: every node must cut its
+key range at the same places. Encoding checks all of it (ValueError), decoding
+too (EntryDecodeError).
+
 Tags and the format byte are part of the on-disk raft journal: never reuse or
 renumber them; add new tags instead.
 """
@@ -55,6 +66,7 @@ renumber them; add new tags instead.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -76,6 +88,7 @@ TAG_APPEND = 8
 TAG_INIT_PRODUCER = 9
 TAG_PRODUCED = 10
 TAG_EXPIRE_PRODUCERS = 11
+TAG_AUDIT_SNAPSHOT = 12
 
 # Op tags inside a txn (their own numbering; equally never renumbered).
 TXN_OP_PUT = 1
@@ -163,6 +176,46 @@ class TxnAppend(NamedTuple):
 TxnOp = TxnPut | TxnDelete | TxnGet | TxnIncr | TxnAppend
 
 
+MAX_AUDIT_BUCKETS = 1024
+"""The most key-range buckets an audit export may have (split points + 1)."""
+MAX_SPLIT_POINT_BYTES = 495
+"""The longest split point: node/lmdb_store.py's long-key prefix. LMDB orders a key
+of more than 511 bytes by its first 495 bytes and then a digest, so a split point of
+at most 495 bytes falls between keys exactly where byte order puts it, and every
+bucket is one contiguous run of LMDB's order."""
+_AUDIT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def audit_id_problem(audit_id: object) -> str | None:
+    """Why ``audit_id`` cannot name an audit, or None."""
+    if (
+        not isinstance(audit_id, str)
+        or not _AUDIT_ID.fullmatch(audit_id)
+        or audit_id in (".", "..")
+    ):
+        return (
+            "an audit id is 1 to 64 characters of A-Z a-z 0-9 . _ - "
+            f'(and not "." or ".."), not {audit_id!r:.80}'
+        )
+    return None
+
+
+def split_points_problem(split_points: object) -> str | None:
+    """Why ``split_points`` cannot cut an audit's key range, or None."""
+    if not isinstance(split_points, tuple | list):
+        return f"split points must be a sequence of bytes, not {type(split_points).__name__}"
+    if len(split_points) >= MAX_AUDIT_BUCKETS:
+        return f"at most {MAX_AUDIT_BUCKETS - 1} split points, not {len(split_points)}"
+    previous = b""
+    for i, point in enumerate(split_points):
+        if type(point) is not bytes or not 0 < len(point) <= MAX_SPLIT_POINT_BYTES:
+            return f"split point {i} must be 1 to {MAX_SPLIT_POINT_BYTES} bytes, not {point!r:.80}"
+        if point <= previous:
+            return f"split points must be strictly ascending (split point {i})"
+        previous = point
+    return None
+
+
 class Txn(NamedTuple):
     """If every compare holds, run ``success`` in order, else ``failure``; one command."""
 
@@ -218,6 +271,13 @@ class ExpireProducers(NamedTuple):
     now and then; each replica decides with the entry's timestamp)."""
 
 
+class AuditSnapshot(NamedTuple):
+    """The cut of a consistency audit (see the module docs); writes no record."""
+
+    audit_id: str
+    split_points: tuple[bytes, ...] = ()
+
+
 ProducibleCommand = Put | Delete | Txn | Incr | Append
 
 
@@ -242,6 +302,7 @@ Command = (
     | InitProducer
     | Produced
     | ExpireProducers
+    | AuditSnapshot
 )
 
 
@@ -331,6 +392,11 @@ def _encode_command(command: Command) -> list[Any]:
         ]
     if isinstance(command, ExpireProducers):
         return [TAG_EXPIRE_PRODUCERS]
+    if isinstance(command, AuditSnapshot):
+        problem = audit_id_problem(command.audit_id) or split_points_problem(command.split_points)
+        if problem is not None:
+            raise ValueError(f"cannot encode an audit snapshot: {problem}")
+        return [TAG_AUDIT_SNAPSHOT, command.audit_id, list(command.split_points)]
     return [TAG_BARRIER]
 
 
@@ -438,6 +504,18 @@ def _decode_produced(raw: list[Any]) -> Produced:
     )
 
 
+def _decode_audit(raw: list[Any]) -> AuditSnapshot:
+    _, audit_id, split_points = raw
+    problem = audit_id_problem(audit_id)
+    if problem is None and not isinstance(split_points, list):
+        problem = f"split points must be an array, not {split_points!r:.80}"
+    if problem is None:
+        problem = split_points_problem(split_points)
+    if problem is not None:
+        raise EntryDecodeError(f"malformed audit snapshot: {problem}")
+    return AuditSnapshot(audit_id, tuple(split_points))
+
+
 def _decode_command(raw: Any) -> Command:
     if not isinstance(raw, list) or not raw:
         raise EntryDecodeError(f"a command must be a non-empty array, not {raw!r:.80}")
@@ -467,6 +545,8 @@ def _decode_command(raw: Any) -> Command:
         return _decode_produced(raw)
     if tag == TAG_EXPIRE_PRODUCERS and len(raw) == 1:
         return ExpireProducers()
+    if tag == TAG_AUDIT_SNAPSHOT and len(raw) == 3:
+        return _decode_audit(raw)
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")
 
 

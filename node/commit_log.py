@@ -54,6 +54,9 @@ class CommitLog:
         # Held by a compaction run and by replace_with: one rewrite at a time (and by a
         # reader that needs a complete range, see compacted_through).
         self.rewriting = threading.Lock()
+        self.rewrites = 0
+        """How many times segments were swapped (compactions, state installs): a reader
+        that must see the log as it was at some moment compares it before and after."""
         self.compacted_through = 0
         """Records at or below this offset may have been removed (compacted, or never
         here after a state install); above it the log holds every record. After a
@@ -237,6 +240,7 @@ class CommitLog:
                 self._bases = [s.base_offset for s in self._segments]
                 # an installed state has no history: nothing below its head is complete
                 self.compacted_through = max(self.next_offset - 1, self._closed_end())
+                self.rewrites += 1
             shutil.rmtree(old)
 
     def sync(self) -> None:
@@ -289,6 +293,7 @@ class CommitLog:
             self._bases = [s.base_offset for s in self._segments]
             ends = [s.last_offset for s in old if not s.is_empty]
             self.compacted_through = max([self.compacted_through, *ends])
+            self.rewrites += 1
 
     # -- reading -----------------------------------------------------------------
 

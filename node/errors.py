@@ -15,12 +15,14 @@ for business outcomes inside apply (a failed compare-and-set is a
     ├── ConfigError                   invalid configuration value
     ├── ReplicationError              pulling records from another node failed
     ├── SnapshotFormatError           a snapshot file is truncated, damaged or not one
+    ├── ExportInterrupted             an audit export had to stop (map resize, shutdown)
     └── RequestError                  a request could not be served; ``code`` is stable
         ├── InvalidRequest            malformed input (bad key, bad parameter)
         ├── PayloadTooLarge           a value or body over the limit
         ├── KeyNotFound               the key does not exist
         ├── VersionConflict           a precondition on the key's version failed
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
+        ├── AuditExportFailed         this node's export of an audit failed
         └── Unavailable               the cluster cannot serve it now
             ├── NotApplied            the write was definitely not applied; retry is safe
             ├── UnknownOutcome        the write may or may not have been applied
@@ -92,6 +94,11 @@ class SnapshotFormatError(RkvError):
         self.reason = reason
 
 
+class ExportInterrupted(RkvError):
+    """An audit export stopped before it was complete: LMDB had to grow its map or
+    swap its files (which needs every read transaction closed), or the node stops."""
+
+
 class RequestError(RkvError):
     """A request could not be served. ``code`` is stable; the message is for people."""
 
@@ -133,6 +140,13 @@ class Conflict(RequestError):
     """The request conflicts with the cluster's state (a membership change in progress...)."""
 
     code = "conflict"
+
+
+class AuditExportFailed(RequestError):
+    """This node's export of an audit failed (or was interrupted); the message says why.
+    The cut cannot be taken again: run a new audit."""
+
+    code = "audit_export_failed"
 
 
 class NotLeader(RequestError):

@@ -23,6 +23,19 @@ cannot be trusted. :meth:`LmdbStore.sync` flushes it at checkpoints.
 When the map is full the write is retried after doubling the map size; map
 growth waits for in-flight reads to finish (LMDB requires no active
 transaction in the process while the map is resized).
+
+Long reads (a consistency audit's export, node/audit_export.py) use a
+:class:`DetachedView`: opened on the apply thread right after an entry's
+commit, handed to a worker thread, closed there. A resize does not wait for
+one to finish: it interrupts it (the view's ``interrupted`` event is set, the
+export stops at its next chunk, fails with a clear error, and closes the view)
+and goes on once it is closed. Waiting instead would stall the apply thread,
+and with it every write of the cluster on a leader, for as long as the export
+runs. To make that rare, opening a detached view first doubles the map when
+more than half of it is in use (and no other detached view is open): the
+export can then absorb as much new data as the whole store holds before the
+map fills. A worker holding a detached view must never open another reader
+(``reader()`` waits behind a resize that waits for the detached view).
 """
 
 from __future__ import annotations
@@ -96,30 +109,52 @@ def _decode_item(stored_key: bytes, raw: bytes) -> tuple[bytes, StoredValue]:
 
 
 class _ReaderGate:
-    """Lets many readers in at once, or one map resize with no reader."""
+    """Lets many readers in at once, or one map resize with no reader.
+
+    A long reader (a :class:`DetachedView`) registers an event that a resize sets
+    before it waits: the holder is asked to let go instead of being waited for.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._readers = 0
         self._resizing = False
+        self._long: set[threading.Event] = set()
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
+    def enter(self, interrupt: threading.Event | None = None) -> None:
         with self._cond:
             while self._resizing:
                 self._cond.wait()
             self._readers += 1
+            if interrupt is not None:
+                self._long.add(interrupt)
+
+    def leave(self, interrupt: threading.Event | None = None) -> None:
+        with self._cond:
+            self._readers -= 1
+            if interrupt is not None:
+                self._long.discard(interrupt)
+            self._cond.notify_all()
+
+    @property
+    def long_readers(self) -> int:
+        with self._cond:
+            return len(self._long)
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        self.enter()
         try:
             yield
         finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
+            self.leave()
 
     @contextmanager
     def resizing(self) -> Iterator[None]:
         with self._cond:
             self._resizing = True
+            for interrupt in self._long:
+                interrupt.set()
             while self._readers:
                 self._cond.wait()
         try:
@@ -209,6 +244,14 @@ class ReadView:
         if chunk:
             yield chunk
 
+    def lmdb_keys(self) -> Iterator[bytes]:
+        """Every LMDB key in order, internal ones included, without the values. A key
+        longer than 511 bytes appears as it is stored: its first 495 bytes and a
+        digest (so ``lmdb_key[:495]`` is always a prefix of the user key)."""
+        cursor = self._txn.cursor(db=self._data)
+        for stored_key in cursor.iternext(keys=True, values=False):
+            yield cast(bytes, stored_key)
+
     def count(self, include_internal: bool = False) -> int:
         total: int = self._txn.stat(self._data)["entries"]
         if include_internal:
@@ -221,6 +264,50 @@ class ReadView:
                     break
                 internal += 1
         return total - internal
+
+
+class DetachedView(ReadView):
+    """A read view that outlives the call that opened it: :meth:`LmdbStore.open_detached`
+    opens it on the apply thread, another thread reads it and calls :meth:`close`.
+
+    py-lmdb opens every environment with MDB_NOTLS (its documentation: read
+    transactions may migrate freely across threads), so a read transaction begun
+    on one thread may be used and aborted on another, as long as one thread uses
+    it at a time. Only the thread that owns the view may read it; ``close`` is
+    safe from any thread, and more than once.
+
+    ``interrupted`` is set when a map resize (or a state install) needs every
+    transaction closed: the owner must stop reading and close the view soon (see
+    the module docs). Until it is closed LMDB cannot reuse the pages it sees.
+    """
+
+    def __init__(
+        self,
+        txn: lmdb.Transaction,
+        data_db: lmdb._Database,
+        meta_db: lmdb._Database,
+        gate: _ReaderGate,
+        interrupted: threading.Event,
+    ) -> None:
+        super().__init__(txn, data_db, meta_db)
+        self._gate = gate
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self.interrupted = interrupted
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._txn.abort()
+        finally:
+            self._gate.leave(self.interrupted)
 
 
 class LmdbStore:
@@ -278,6 +365,33 @@ class LmdbStore:
     def get(self, key: bytes) -> StoredValue | None:
         with self.reader() as view:
             return view.get(key)
+
+    def open_detached(self) -> DetachedView:
+        """A read view of the state as of now, for a long read on another thread
+        (:class:`DetachedView`); the caller must see that it is closed.
+
+        Only the apply thread calls this (between writes): when more than half the
+        map is in use and no other detached view is open, the map is doubled first.
+        """
+        if self._gate.long_readers == 0 and 2 * self.used_bytes > self.map_size:
+            self._grow()
+        view: DetachedView | None = None
+        interrupt = threading.Event()
+        self._gate.enter(interrupt)
+        try:
+            txn = self._env.begin(buffers=False)
+            view = DetachedView(txn, self._data, self._meta, self._gate, interrupt)
+        finally:
+            if view is None:
+                self._gate.leave(interrupt)
+        return view
+
+    @property
+    def used_bytes(self) -> int:
+        """How much of the map holds pages (LMDB's last page number times the page size)."""
+        info = self._env.info()
+        stat = self._env.stat()
+        return (int(info["last_pgno"]) + 1) * int(stat["psize"])
 
     # -- writing (only the apply thread) -----------------------------------------
 

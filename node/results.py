@@ -67,7 +67,8 @@ class CommandResult(NamedTuple):
     at their defaults; a refused txn (invalid key, too large) has code != OK.
 
     ``value`` is, for an incr, the new integer and, for an append, the new
-    length, both as decimal text. An init producer sets ``producer_id`` and
+    length, both as decimal text; for an audit snapshot, the raft index of
+    its entry (where every replica cuts). An init producer sets ``producer_id`` and
     ``epoch``. ``duplicate`` marks the cached result of an idempotent
     producer's sequence that was applied before (nothing was applied again).
     """

@@ -11,6 +11,8 @@ import signal
 import sys
 
 from http_api.server import HttpServer
+from node.audit_jobs import AuditExporter
+from node.audit_service import AuditService
 from node.compactor import Compactor
 from node.errors import RequestError
 from node.join import Discovery, Member, announce
@@ -27,6 +29,9 @@ async def serve(
 ) -> None:
     storage = open_storage(config.data_dir, config.storage)
     consensus = RaftConsensus(config.raft, storage)
+    # Set before raft starts: an audit entry applied at start-up is exported too.
+    exporter = AuditExporter(config.audit_path, config.node_id, storage.commit_log)
+    storage.state_machine.audit_hook = exporter.hook
     try:
         await consensus.start()
         compactor = Compactor(
@@ -66,7 +71,8 @@ async def serve(
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
         )
-        http = HttpServer(service, config.http_host, config.http_port)
+        audits = AuditService(consensus, storage.store, exporter)
+        http = HttpServer(service, config.http_host, config.http_port, audits)
         await http.start()
         logger.info(
             "node %s: HTTP on %s, raft on %s%s",
@@ -95,6 +101,9 @@ async def serve(
             await http.stop()
     finally:
         await consensus.stop()
+        # Running exports stop (and release LMDB and the log) before storage closes.
+        storage.state_machine.audit_hook = None
+        await asyncio.to_thread(exporter.close)
         storage.close()
         logger.info("node %s stopped", config.node_id)
 

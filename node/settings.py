@@ -23,6 +23,7 @@ from raft.config import Member, RaftConfig
 
 ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
+AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,12 @@ class NodeConfig:
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
     join_url: str | None = None
     producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
+    audit_dir: Path | None = None
+    """Where this node writes consistency-audit exports; None: <data_dir>/audit."""
+
+    @property
+    def audit_path(self) -> Path:
+        return self.data_dir / AUDIT_DIR if self.audit_dir is None else self.audit_dir
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +96,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--producer-expiry",
         help="seconds an idempotent producer may stay idle before its state is dropped "
         "(RKV_PRODUCER_EXPIRY, 604800 = 7 days)",
+    )
+    add(
+        "--audit-dir",
+        help="where consistency-audit exports are written, <audit-dir>/<audit id>/<node id>/: "
+        "a local directory or a shared volume (RKV_AUDIT_DIR, default <data-dir>/audit)",
     )
     add(
         "--watch-keepalive",
@@ -233,6 +245,8 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     producer_expiry = _positive_float(
         _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
     )
+    audit_text = _value(args, env, "audit_dir")
+    audit_dir = data_dir / AUDIT_DIR if not audit_text else Path(audit_text)
     return NodeConfig(
         node_id,
         data_dir,
@@ -250,4 +264,5 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         watch_keepalive=watch_keepalive,
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
+        audit_dir=audit_dir,
     )

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterable
 from typing import BinaryIO
 
 from node.errors import StoreError
-from node.lmdb_store import LmdbStore, ReadView
+from node.lmdb_store import LmdbStore, ReadView, StoredValue
 from node.record import Record, RecordOp, encode_record
 from node.snapshot_format import (
     FORMAT_VERSION,
@@ -23,6 +24,53 @@ from node.snapshot_format import (
     SnapshotHeader,
     SnapshotProgress,
 )
+
+
+class SnapshotWriter:
+    """Writes one snapshot file whose record count is known up front: the header at
+    once, then :meth:`add` chunks of (key, stored value) in LMDB order, then
+    :meth:`finish` (the trailer). Also used for the buckets of an audit export."""
+
+    def __init__(self, out: BinaryIO, header: SnapshotHeader) -> None:
+        self._out = out
+        self._header = header
+        self._digest = hashlib.sha256()
+        self.written = 0
+        self.bytes = 0
+        self._emit(header.encode())
+
+    def _emit(self, data: bytes) -> None:
+        self._digest.update(data)
+        self._out.write(data)
+        self.bytes += len(data)
+
+    def add(self, items: Iterable[tuple[bytes, StoredValue]]) -> None:
+        index, now = self._header.applied_index, self._header.created_at_ms
+        chunk = [
+            encode_record(
+                Record(
+                    stored.version,
+                    index,
+                    now,
+                    RecordOp.PUT,
+                    key,
+                    stored.value,
+                    stored.create_version,
+                )
+            )
+            for key, stored in items
+        ]
+        self._emit(b"".join(chunk))
+        self.written += len(chunk)
+
+    def finish(self) -> None:
+        count = self._header.record_count
+        if self.written != count:  # impossible inside one read transaction
+            raise StoreError(f"LMDB counted {count} keys but the export read {self.written}")
+        trailer = TRAILER.pack(TRAILER_MAGIC, count, self._digest.digest())
+        self._out.write(trailer)
+        self.bytes += len(trailer)
+        self._out.flush()
 
 
 def write_snapshot(
@@ -41,38 +89,12 @@ def write_snapshot(
     count = view.count(include_internal=True)
     now = int(time.time() * 1000) if created_at_ms is None else created_at_ms
     header = SnapshotHeader(FORMAT_VERSION, applied_index, applied_offset, count, now)
-    digest = hashlib.sha256()
     report = ProgressReporter("export", count, progress)
-
-    def emit(data: bytes) -> None:
-        digest.update(data)
-        out.write(data)
-
-    emit(header.encode())
-    written = 0
+    writer = SnapshotWriter(out, header)
     for chunk in view.all_items():
-        emit(
-            b"".join(
-                encode_record(
-                    Record(
-                        stored.version,
-                        applied_index,
-                        now,
-                        RecordOp.PUT,
-                        key,
-                        stored.value,
-                        stored.create_version,
-                    )
-                )
-                for key, stored in chunk
-            )
-        )
-        written += len(chunk)
-        report(written)
-    if written != count:  # impossible inside one read transaction
-        raise StoreError(f"LMDB counted {count} keys but the export read {written}")
-    out.write(TRAILER.pack(TRAILER_MAGIC, count, digest.digest()))
-    out.flush()
+        writer.add(chunk)
+        report(writer.written)
+    writer.finish()
     return header
 
 

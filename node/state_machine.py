@@ -21,6 +21,14 @@ command by :mod:`node.deciders` (txns, counters, members) or
 and its writes are consecutive records of one batch, appended and written to
 LMDB together with the rest of the entry. Producers' states are written once
 per entry, after its commands.
+
+An :class:`node.commands.AuditSnapshot` writes nothing. After the whole entry
+holding it is applied (its LMDB transaction committed), :attr:`StateMachine.audit_hook`,
+if the composition root set one, is called on this (the apply) thread with
+the audit id, the split points and a :class:`node.lmdb_store.DetachedView`
+opened right then: the state as of exactly that raft index, the same on every
+replica. The hook owns the view (it must close it) and must return at once:
+the export runs on another thread (node/audit_jobs.py).
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from __future__ import annotations
 import gc
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from node.commands import (
     Append,
+    AuditSnapshot,
     Barrier,
     Batch,
     Command,
@@ -52,7 +61,7 @@ from node.deciders import decide_counter, decide_member, decide_txn, key_refusal
 from node.entry_writer import EntryWriter
 from node.errors import EntryDecodeError
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
-from node.lmdb_store import Change, LmdbStore, ReadView, StoredValue
+from node.lmdb_store import Change, DetachedView, LmdbStore, ReadView, StoredValue
 from node.producer_apply import decide_expire, decide_init, decide_produced
 from node.producers import ProducerState
 from node.record import Record, RecordOp
@@ -68,6 +77,9 @@ _ALREADY_APPLIED = (
     CommandResult(ResultCode.ALREADY_APPLIED, message="entry was applied before this call"),
 )
 
+AuditHook = Callable[[str, tuple[bytes, ...], DetachedView], None]
+"""Called with (audit id, split points, a detached view of the cut); owns the view."""
+
 
 class StateMachine:
     def __init__(self, commit_log: CommitLog, store: LmdbStore, max_value_bytes: int) -> None:
@@ -77,6 +89,9 @@ class StateMachine:
         self._recent: OrderedDict[int, tuple[CommandResult, ...]] = OrderedDict()
         # Producer states decoded by earlier entries: id -> (record version, state).
         self._producers: dict[int, tuple[int, ProducerState]] = {}
+        self._audits: list[AuditSnapshot] = []
+        self.audit_hook: AuditHook | None = None
+        """Set by the composition root; see the module docs."""
 
     @property
     def applied_index(self) -> int:
@@ -112,6 +127,7 @@ class StateMachine:
                 gc.enable()
 
     def _apply_new(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
+        self._audits.clear()
         try:
             batch = decode_entry(entry)
         except EntryDecodeError as exc:
@@ -131,7 +147,29 @@ class StateMachine:
         self._remember(raft_index, results)
         if flushed:
             self._remember_producers(flushed)
+        if self._audits:
+            self._start_audits(raft_index)
         return results
+
+    def _start_audits(self, raft_index: int) -> None:
+        """Hand each audit of the entry just applied a view of exactly this state.
+        Never raises: the entry is applied, and an audit is not worth a retry."""
+        audits, self._audits = self._audits, []
+        hook = self.audit_hook
+        if hook is None:
+            logger.info("raft entry %d holds an audit snapshot; no exporter is set", raft_index)
+            return
+        for audit in audits:
+            try:
+                view = self._store.open_detached()
+            except Exception:
+                logger.exception("audit %s: cannot open a read view of the cut", audit.audit_id)
+                continue
+            try:
+                hook(audit.audit_id, audit.split_points, view)
+            except Exception:
+                logger.exception("audit %s: the exporter refused the cut", audit.audit_id)
+                view.close()
 
     def _remember_producers(self, flushed: dict[int, tuple[int, ProducerState]]) -> None:
         """Keep the states written by an applied entry, decoded, for the next ones."""
@@ -234,6 +272,13 @@ class StateMachine:
             return decide_expire(writer)
         if isinstance(command, SetMember | RemoveMember):
             return decide_member(writer, command)
+        if isinstance(command, AuditSnapshot):
+            # Exported once the whole entry is applied (_start_audits); the answer
+            # carries the entry's raft index, where every replica cuts.
+            self._audits.append(command)
+            return CommandResult(
+                ResultCode.OK, version=writer.offset - 1, value=str(writer.raft_index).encode()
+            )
         if isinstance(command, Put | Delete):
             return self._decide_one(writer, command)
         raise AssertionError(f"no decider for {type(command).__name__}")

@@ -19,6 +19,8 @@ COMPOSITION_ROOT = {
     "node.cli_snapshot",
     "node.cli",
     "node.cli_client",
+    "node.cli_audit",
+    "node.cli_audit_snapshot",
     "node.cli_redis",
     "node.cli_server",
     "node.server",

@@ -1,0 +1,121 @@
+"""Consistency audit endpoints (node/audit_service.py, node/audit_export.py).
+
+- ``POST /v1/audit`` ``{"audit_id"?: str, "buckets"?: int}`` (an empty body is
+  ``{}``): on the leader (307 to it otherwise), picks split points and proposes
+  the audit cut; ``{"audit_id", "raft_index", "split_points": [base64]}``.
+- ``GET /v1/audit/{id}``: this node's export: 200 with the manifest when done,
+  202 ``{"audit_id", "state": "running", "progress"}`` while it is written,
+  404 ``audit_not_found`` when this node has none (yet), 500
+  ``audit_export_failed`` when it failed.
+- ``GET /v1/audit/{id}/files/{name}``: a file of a finished export: one its
+  manifest lists, or ``manifest.json``; 404 otherwise (``audit_not_finished``,
+  ``audit_file_not_found``). Names are matched against the manifest, never
+  joined to a path as given.
+
+A node built without an audit service (tests) answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Protocol
+
+from aiohttp import web
+
+from http_api.errors import json_response
+from node.audit_jobs import RUNNING, AuditStatus
+from node.audit_service import AuditStarted
+from node.errors import AuditExportFailed, InvalidRequest, Unavailable
+
+_BODY = '{"audit_id"?: string, "buckets"?: integer}'
+
+
+class AuditApi(Protocol):
+    async def start(
+        self, audit_id: str | None = None, buckets: int | None = None
+    ) -> AuditStarted: ...
+
+    def status(self, audit_id: str) -> AuditStatus: ...
+
+    def file(self, audit_id: str, name: str) -> Path: ...
+
+
+class _NoAudits:
+    """What a node without an audit service answers."""
+
+    def _refuse(self) -> Unavailable:
+        return Unavailable("this node runs no audit exports", code="audits_unavailable")
+
+    async def start(self, audit_id: str | None = None, buckets: int | None = None) -> AuditStarted:
+        raise self._refuse()
+
+    def status(self, audit_id: str) -> AuditStatus:
+        raise self._refuse()
+
+    def file(self, audit_id: str, name: str) -> Path:
+        raise self._refuse()
+
+
+AUDITS: web.AppKey[AuditApi] = web.AppKey("audits", AuditApi)
+
+
+async def _start_body(request: web.Request) -> tuple[str | None, int | None]:
+    raw = await request.read()
+    if not raw.strip():
+        return None, None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise InvalidRequest(f"the body must be JSON: {_BODY}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"the body must be a JSON object: {_BODY}")
+    unknown = set(body) - {"audit_id", "buckets"}
+    if unknown:
+        raise InvalidRequest(f"unknown fields {sorted(unknown)}; the body is {_BODY}")
+    audit_id = body.get("audit_id")
+    buckets = body.get("buckets")
+    if audit_id is not None and not isinstance(audit_id, str):
+        raise InvalidRequest("audit_id must be a string", code="invalid_audit_id")
+    if buckets is not None and type(buckets) is not int:
+        raise InvalidRequest("buckets must be an integer", code="invalid_buckets")
+    return audit_id, buckets
+
+
+def add_routes(app: web.Application, audits: AuditApi | None) -> None:
+    app[AUDITS] = _NoAudits() if audits is None else audits
+
+    async def start(request: web.Request) -> web.Response:
+        audit_id, buckets = await _start_body(request)
+        started = await request.app[AUDITS].start(audit_id, buckets)
+        return json_response(
+            {
+                "audit_id": started.audit_id,
+                "raft_index": started.raft_index,
+                "split_points": [base64.b64encode(p).decode("ascii") for p in started.split_points],
+            }
+        )
+
+    async def status(request: web.Request) -> web.Response:
+        # Reads the manifest from disk: off the event loop.
+        state = await asyncio.to_thread(request.app[AUDITS].status, request.match_info["id"])
+        if state.state == RUNNING:
+            body = {"audit_id": state.audit_id, "state": RUNNING, "progress": state.progress}
+            return json_response(body, 202)
+        if state.manifest is None:
+            raise AuditExportFailed(f"audit {state.audit_id}: {state.error}")
+        return json_response(state.manifest)
+
+    async def download(request: web.Request) -> web.FileResponse:
+        audits = request.app[AUDITS]
+        path = await asyncio.to_thread(
+            audits.file, request.match_info["id"], request.match_info["name"]
+        )
+        content_type = "application/json" if path.suffix == ".json" else "application/octet-stream"
+        return web.FileResponse(path, headers={"Content-Type": content_type})
+
+    app.router.add_route("POST", "/v1/audit", start)
+    app.router.add_route("GET", "/v1/audit/{id}", status)
+    app.router.add_route("GET", "/v1/audit/{id}/files/{name}", download)

@@ -1,0 +1,131 @@
+"""`rkv audit snapshot` (composition root): take a consistency audit's cut.
+
+POST /v1/audit goes to the leader (307s followed by hand, as `rkv cluster`
+does) and prints ``AUDIT_ID RAFT_INDEX``. With ``--wait`` it then polls
+GET /v1/audit/{id} on every member until each export is done (a node that has
+not applied the cut yet answers 404, one still writing 202) and prints one
+summary line per node, then whether the bucket digests agree. The comparison
+itself is `rkv audit run` (spark_tools/, node/cli_audit.py).
+
+Exit status: 0 ok, 1 refused by the server, 2 usage error, 3 unreachable or
+unable to serve, an export failed, or --wait timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.parse
+from typing import Any
+
+from http_api.client import DEFAULT_URL, parse_urls
+from node.cli import URL_ENV
+from node.cli_client import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, cluster_request
+
+_POLL_SECONDS = 0.5
+_MAX_REQUEST_SECONDS = 30.0
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"rkv audit snapshot: {text}\n")
+
+
+def _failed(status: int, answer: Any) -> int:
+    answer = answer if isinstance(answer, dict) else {}
+    _err(f"{answer.get('message', 'failed')} [{answer.get('code', status)}]")
+    return EXIT_UNREACHABLE if status == 0 or status >= 500 else EXIT_REFUSED
+
+
+def run_audit_snapshot(args: argparse.Namespace) -> int:
+    try:
+        urls = parse_urls(args.url or [os.environ.get(URL_ENV) or DEFAULT_URL])
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    per_request = min(args.timeout, _MAX_REQUEST_SECONDS)
+    body: dict[str, Any] = {}
+    if args.audit_id is not None:
+        body["audit_id"] = args.audit_id
+    if args.buckets is not None:
+        body["buckets"] = args.buckets
+    status, started = cluster_request(urls, "POST", "/v1/audit", body, per_request)
+    if status != 200:
+        return _failed(status, started)
+    if args.json:
+        _out(json.dumps(started))
+    else:
+        _out(f"{started['audit_id']} {started['raft_index']}")
+    if not args.wait:
+        return 0
+    sys.stdout.flush()
+    status, answer = cluster_request(urls, "GET", "/v1/cluster/members", None, per_request)
+    if status != 200:
+        return _failed(status, answer)
+    members = {str(m["id"]): str(m["url"]) for m in answer.get("members", [])}
+    return _wait(str(started["audit_id"]), members, args, per_request)
+
+
+def _wait(audit_id: str, members: dict[str, str], args: argparse.Namespace, timeout: float) -> int:
+    deadline = time.monotonic() + args.timeout
+    path = "/v1/audit/" + urllib.parse.quote(audit_id, safe="")
+    pending = dict(members)
+    done: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    last_seen: dict[str, str] = {}
+    while pending:
+        for node_id, url in list(pending.items()):
+            status, answer = cluster_request([url], "GET", path, None, timeout)
+            if status == 200:
+                done[node_id] = answer
+                del pending[node_id]
+            elif status == 202:
+                last_seen[node_id] = "writing"
+            elif status in (0, 404, 503):  # unreachable, not applied yet, busy: again
+                last_seen[node_id] = "not started" if status == 404 else "unreachable"
+            else:
+                message = answer.get("message") if isinstance(answer, dict) else None
+                failed[node_id] = str(message or f"HTTP {status}")
+                del pending[node_id]
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(_POLL_SECONDS)
+    _report(done, failed, pending, last_seen, args.json)
+    return 0 if not pending and not failed else EXIT_UNREACHABLE
+
+
+def _report(
+    done: dict[str, dict[str, Any]],
+    failed: dict[str, str],
+    pending: dict[str, str],
+    last_seen: dict[str, str],
+    as_json: bool,
+) -> None:
+    if as_json:
+        _out(json.dumps({"done": done, "failed": failed, "pending": sorted(pending)}, indent=2))
+        return
+    for node_id in sorted(done):
+        m = done[node_id]
+        _out(
+            f"{node_id}: raft_index {m['raft_index']} offset {m['applied_offset']} "
+            f"keys {m['key_count']} buckets {m['buckets']} log_records {m['log_records']} "
+            f"({m['seconds']:.2f}s)"
+        )
+    for node_id in sorted(failed):
+        _out(f"{node_id}: FAILED: {failed[node_id]}")
+    for node_id in sorted(pending):
+        _out(f"{node_id}: not done ({last_seen.get(node_id, 'no answer')}) when --timeout ran out")
+    if len(done) > 1:
+        digests = {json.dumps(m["bucket_digests"]) for m in done.values()}
+        cuts = {(m["raft_index"], m["applied_offset"]) for m in done.values()}
+        same = len(digests) == 1 and len(cuts) == 1
+        _out(
+            f"bucket digests: {'identical' if same else 'DIFFERENT'} on "
+            f"{len(done)} nodes" + ("" if same else " (rkv audit run compares them)")
+        )

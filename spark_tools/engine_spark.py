@@ -43,6 +43,7 @@ from spark_tools.divergence import (
     replay_class,
 )
 from spark_tools.export_reading import (
+    FINGERPRINT_BITS,
     PUT,
     LogItem,
     add_fingerprints,
@@ -63,12 +64,17 @@ from spark_tools.findings import LogAgreement
 from spark_tools.progress import INTERVAL_SECONDS, Progress
 from spark_tools.spark_session import get_session
 
+_MAX_SLICES = 10_000
+_CHUNK_BITS = 32
+_CHUNK_MASK = (1 << _CHUNK_BITS) - 1
+FINGERPRINT_CHUNKS = FINGERPRINT_BITS // _CHUNK_BITS
+
 STATE_SCHEMA = StructType(
     [
         StructField("replica", IntegerType(), False),
         StructField("bucket", IntegerType(), False),
         StructField("key", BinaryType(), False),
-        StructField("sort_key", BinaryType(), False),
+        StructField("sort_key", BinaryType(), True),
         StructField("version", LongType(), False),
         StructField("value_sha", StringType(), False),
     ]
@@ -81,25 +87,40 @@ LOG_SCHEMA = StructType(
         StructField("raft_index", LongType(), False),
         StructField("op", IntegerType(), False),
         StructField("key", BinaryType(), False),
-        StructField("sort_key", BinaryType(), False),
+        StructField("sort_key", BinaryType(), True),
         StructField("value_sha", StringType(), False),
+        *(StructField(f"fp{i}", LongType(), False) for i in range(FINGERPRINT_CHUNKS)),
     ]
 )
-_MAX_SLICES = 10_000
 _SLICES_PER_CORE = 4
 
-StateRow = tuple[int, int, bytes, bytes, int, str]
-LogRow = tuple[int, int, int, int, int, bytes, bytes, str]
+StateRow = tuple[int, int, bytes, bytes | None, int, str]
+LogRow = tuple[Any, ...]
+
+
+def _order(key: bytes, sort_key: bytes) -> bytes | None:
+    """The sort key when it differs from the key (long keys only), else None:
+    rows carry it only where needed, and columns use coalesce(sort_key, key)."""
+    return None if sort_key == key else sort_key
 
 
 def state_rows(task: StateScanTask) -> Iterator[StateRow]:
     """A bucket file's keys as DataFrame rows (runs in an executor)."""
     for item in read_state(Path(task.path)):
-        yield (task.replica, task.bucket, item.key, item.sort_key, item.version, item.value_sha)
+        yield (
+            task.replica,
+            task.bucket,
+            item.key,
+            _order(item.key, item.sort_key),
+            item.version,
+            item.value_sha,
+        )
 
 
 def log_rows(task: LogScanTask, splits: list[bytes]) -> Iterator[LogRow]:
-    """A log export's records as DataFrame rows (runs in an executor)."""
+    """A log export's records as DataFrame rows (runs in an executor), each with
+    its fingerprint as the key's state (were it the last record) in 32-bit chunks,
+    so that per-bucket sums are plain SQL sums."""
     for item in read_log(Path(task.path), task.applied_offset):
         yield (
             task.replica,
@@ -108,18 +129,42 @@ def log_rows(task: LogScanTask, splits: list[bytes]) -> Iterator[LogRow]:
             item.raft_index,
             item.op,
             item.key,
-            item.sort_key,
+            _order(item.key, item.sort_key),
             item.value_sha,
+            *fingerprint_chunks(fingerprint(item.key, item.offset, item.value_sha)),
         )
 
 
-def _fingerprint_pair(row: Any) -> tuple[Pair, tuple[int, int]]:
-    pair = (int(row["replica"]), int(row["bucket"]))
-    return pair, (1, fingerprint(row["key"], row["offset"], row["value_sha"]))
+def fingerprint_chunks(value: int) -> list[int]:
+    return [(value >> (_CHUNK_BITS * i)) & _CHUNK_MASK for i in range(FINGERPRINT_CHUNKS)]
 
 
-def _combine(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
-    return a[0] + b[0], add_fingerprints(a[1], b[1])
+def join_fingerprint_chunks(sums: list[int]) -> int:
+    """Sum of fingerprints mod 2**128 from the sums of their chunks."""
+    total = 0
+    for i, chunk_sum in enumerate(sums):
+        total = add_fingerprints(total, chunk_sum << (_CHUNK_BITS * i))
+    return total
+
+
+def _in_order(frame: DataFrame, *columns: str) -> Iterator[Any]:
+    """The rows (findings: few, normally) to the driver in order, one partition
+    sorted (spilling if it must) rather than a range sort's job per partition."""
+    return frame.repartition(1).sortWithinPartitions(*columns).toLocalIterator()
+
+
+def _differs(*columns: str) -> Any:
+    """An aggregate: whether the group's rows differ in any of ``columns`` (none is
+    null). min/max per column, cheaper than a multi-column count_distinct."""
+    checks = [F.min(c) != F.max(c) for c in columns]
+    result = checks[0]
+    for check in checks[1:]:
+        result = result | check
+    return result
+
+
+def _order_column(prefix: str = "") -> Any:
+    return F.coalesce(F.col(f"{prefix}sort_key"), F.col(f"{prefix}key"))
 
 
 class _StageProgress:
@@ -197,13 +242,15 @@ class SparkEngine:
             rows = self._sc.parallelize(tasks, self._slices(len(tasks))).flatMap(
                 lambda task: log_rows(task, splits)
             )
-            self._logs = self._spark.createDataFrame(rows, LOG_SCHEMA).persist()
+            self._logs = self._spark.createDataFrame(rows, LOG_SCHEMA, verifySchema=False).persist()
         return self._logs
 
     def _latest_frame(self, plan: AuditPlan) -> DataFrame:
         """Each (replica, key)'s last record, when it is a put: the replayed state."""
         if self._latest is None:
-            last = F.max_by(F.struct("offset", "op", "value_sha", "bucket", "sort_key"), "offset")
+            columns = ["offset", "op", "value_sha", "bucket", "sort_key"]
+            columns += [f"fp{i}" for i in range(FINGERPRINT_CHUNKS)]
+            last = F.max_by(F.struct(*columns), "offset")
             self._latest = (
                 self._log_frame(plan)
                 .groupBy("replica", "key")
@@ -217,9 +264,22 @@ class SparkEngine:
     def replay_fingerprints(self, plan: AuditPlan) -> dict[Pair, tuple[int, int]]:
         if not plan.log_replicas:
             return {}
-        latest = self._latest_frame(plan)
-        pairs = latest.rdd.map(_fingerprint_pair).reduceByKey(_combine).collect()
-        return dict(pairs)
+        sums = (
+            self._latest_frame(plan)
+            .groupBy("replica", "bucket")
+            .agg(
+                F.count("*").alias("keys"),
+                *(F.sum(f"fp{i}").alias(f"fp{i}") for i in range(FINGERPRINT_CHUNKS)),
+            )
+            .collect()
+        )
+        return {
+            (int(row["replica"]), int(row["bucket"])): (
+                int(row["keys"]),
+                join_fingerprint_chunks([int(row[f"fp{i}"]) for i in range(FINGERPRINT_CHUNKS)]),
+            )
+            for row in sums
+        }
 
     def replay_rows(
         self, plan: AuditPlan, pairs: list[Pair], emit: Callable[[ReplayRow], None]
@@ -230,6 +290,7 @@ class SparkEngine:
         state = self._spark.createDataFrame(
             self._sc.parallelize(tasks, self._slices(len(tasks))).flatMap(state_rows),
             STATE_SCHEMA,
+            verifySchema=False,
         )
         chosen = self._spark.createDataFrame(
             [(r, b) for r, b in pairs],
@@ -246,7 +307,7 @@ class SparkEngine:
             "replica",
             "bucket",
             "key",
-            F.coalesce(F.col("s.sort_key"), F.col("l.sort_key")).alias("order"),
+            F.coalesce(F.col("s.sort_key"), F.col("l.sort_key"), F.col("key")).alias("order"),
             F.col("s.version").alias("state_version"),
             F.col("s.value_sha").alias("state_sha"),
             F.col("l.offset").alias("log_version"),
@@ -257,8 +318,8 @@ class SparkEngine:
                 F.col("state_version").eqNullSafe(F.col("log_version"))
                 & F.col("state_sha").eqNullSafe(F.col("log_sha"))
             )
-        ).orderBy("replica", "bucket", "order")
-        for row in differing.toLocalIterator():
+        )
+        for row in _in_order(differing, "replica", "bucket", "order"):
             state_obs: Observation = (
                 None if row["state_version"] is None else (row["state_version"], row["state_sha"])
             )
@@ -286,14 +347,14 @@ class SparkEngine:
             logs.groupBy("offset")
             .agg(
                 F.count("*").alias("n"),
-                F.count_distinct("raft_index", "op", "key", "value_sha").alias("d"),
+                _differs("raft_index", "op", "key", "value_sha").alias("d"),
             )
             .filter(F.col("n") >= 2)
         )
         summary = per_offset.agg(
             F.count("*").alias("compared"),
-            F.count_if(F.col("d") > 1).alias("divergent"),
-            F.min(F.when(F.col("d") > 1, F.col("offset"))).alias("first"),
+            F.count_if(F.col("d")).alias("divergent"),
+            F.min(F.when(F.col("d"), F.col("offset"))).alias("first"),
         ).collect()[0]
         agreement.offsets_compared = int(summary["compared"])
         agreement.divergent_offsets = int(summary["divergent"] or 0)
@@ -306,7 +367,7 @@ class SparkEngine:
                     row["raft_index"],
                     row["op"],
                     bytes(row["key"]),
-                    bytes(row["sort_key"]),
+                    bytes(row["sort_key"] if row["sort_key"] is not None else row["key"]),
                     row["value_sha"],
                 )
                 for row in logs.filter(F.col("offset") == first).collect()
@@ -329,14 +390,15 @@ class SparkEngine:
         state = self._spark.createDataFrame(
             self._sc.parallelize(tasks, self._slices(len(tasks))).flatMap(state_rows),
             STATE_SCHEMA,
+            verifySchema=False,
         )
         grouped = (
             state.groupBy("bucket", "key")
             .agg(
-                F.min("sort_key").alias("sort_key"),
+                F.min(_order_column()).alias("sort_key"),
                 F.collect_list(F.struct("replica", "version", "value_sha")).alias("obs"),
                 F.count("*").alias("n"),
-                F.count_distinct("version", "value_sha").alias("d"),
+                _differs("version", "value_sha").alias("d"),
             )
             .persist()
         )
@@ -347,12 +409,10 @@ class SparkEngine:
                     for row in grouped.groupBy("bucket").count().collect()
                 }
             progress.finish(len(tasks), sum(distinct.values()))
-            divergent = (
-                grouped.filter((F.col("n") < n) | (F.col("d") > 1))
-                .select("bucket", "sort_key", "key", "obs")
-                .orderBy("bucket", "sort_key")
+            divergent = grouped.filter((F.col("n") < n) | F.col("d")).select(
+                "bucket", "sort_key", "key", "obs"
             )
-            for row in divergent.toLocalIterator():
+            for row in _in_order(divergent, "bucket", "sort_key"):
                 observations: list[Observation] = [None] * n
                 for o in row["obs"]:
                     observations[o["replica"]] = (o["version"], o["value_sha"])

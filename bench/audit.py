@@ -102,25 +102,32 @@ def run(exports: Path, out: Path, engine: str, master: str) -> dict[str, Any]:
     }
 
 
+HEAD = ("engine", "wall s", "session s", "audit s", "keys/s", "status", "divergent")
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    return [
+        r["engine"],
+        f"{r['wall_seconds']:.1f}",
+        f"{r['session_seconds']:.1f}",
+        f"{r['audit_seconds']:.1f}",
+        f"{r['keys_per_second']:,}",
+        r["status"],
+        str(r["divergent_keys"]),
+    ]
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("engine", "wall s", "session s", "audit s", "keys/s", "status", "divergent")
-    lines = ["  ".join(f"{h:>10}" for h in head)]
-    for r in rows:
-        lines.append(
-            "  ".join(
-                f"{v:>10}"
-                for v in (
-                    r["engine"],
-                    r["wall_seconds"],
-                    r["session_seconds"],
-                    r["audit_seconds"],
-                    f"{r['keys_per_second']:,}",
-                    r["status"],
-                    r["divergent_keys"],
-                )
-            )
-        )
+    lines = ["  ".join(f"{h:>10}" for h in HEAD)]
+    lines.extend("  ".join(f"{v:>10}" for v in _cells(r)) for r in rows)
     return "\n".join(lines)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    def row(cells: list[str], tag: str) -> str:
+        return "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>"
+
+    return "<table>" + row(head, "th") + "".join(row(r, "td") for r in rows) + "</table>"
 
 
 def write_html(path: Path, params: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -135,15 +142,18 @@ def write_html(path: Path, params: dict[str, Any], rows: list[dict[str, Any]]) -
         ["wall (with session)", "audit"],
         {k: round(v) for k, v in values.items()},
     )
-    cells = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in line.split()) + "</tr>"
-        for line in table(rows).splitlines()
+    phases = sorted({p for r in rows for p in r["phases"]})
+    summary = _html_table(list(HEAD), [_cells(r) for r in rows])
+    per_phase = _html_table(
+        ["engine", *phases],
+        [[r["engine"], *(f"{r['phases'].get(p, 0):.1f}" for p in phases)] for r in rows],
     )
     path.write_text(
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>rkv audit benchmark</title>"
-        "<style>body{font-family:system-ui,sans-serif;margin:2em}td{padding:2px 10px}</style>"
+        "<style>body{font-family:system-ui,sans-serif;margin:2em}"
+        "td,th{padding:2px 10px;text-align:right}</style>"
         f"</head><body><h1>rkv audit benchmark</h1><p>{html.escape(json.dumps(params))}</p>"
-        f"<table>{cells}</table>{chart}</body></html>\n"
+        f"{summary}<h2>Seconds per phase</h2>{per_phase}{chart}</body></html>\n"
     )
 
 

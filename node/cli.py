@@ -274,10 +274,21 @@ def _run_snapshot(args: argparse.Namespace) -> int:
 
 def _add_audit_commands(sub: Any) -> None:
     """``rkv audit``: the consistency audit (DESIGN.md section 10). ``snapshot`` takes the
-    cut (node/cli_audit_snapshot.py). The comparison across replicas (``rkv audit run``,
-    and ``rkv audit`` with no action) belongs to spark_tools/ (node/cli_audit.py) and is
-    registered below as another action of the same group."""
-    audit = sub.add_parser("audit", help="consistency audit across replicas")
+    cut (node/cli_audit_snapshot.py); ``run`` compares exports (spark_tools/, through
+    node/cli_audit.py); ``rkv audit --url URL`` with no action does both, downloading the
+    exports (node/cli_audit_all.py). Each module is imported lazily: the client
+    commands never import the audit (pyarrow, pyspark)."""
+    from node.cli_audit_all import add_audit_all_arguments  # noqa: PLC0415
+
+    audit = sub.add_parser(
+        "audit",
+        help="consistency audit across replicas",
+        description="With --url and no action: take a cut, wait for every member's export, "
+        "download them and compare them (node/cli_audit_all.py, docs/AUDIT.md).",
+        epilog="exit status: 0 consistent, 1 divergent, 2 usage error, "
+        "3 inconsistent or incomplete cut, 4 the audit failed",
+    )
+    add_audit_all_arguments(audit, DEFAULT_URL, URL_ENV)
     actions = audit.add_subparsers(dest="audit_command", metavar="ACTION")
     snapshot = actions.add_parser(
         "snapshot",
@@ -309,8 +320,17 @@ def _add_audit_commands(sub: Any) -> None:
         help="seconds: the longest --wait, and at most 30 per request (default 600)",
     )
     snapshot.add_argument("--json", action="store_true", help="print the raw answers")
-    # `rkv audit run` (the comparison, spark_tools/): its parser is added to `actions`
-    # here, and _run_audit dispatches it.
+    # `rkv audit run` (the comparison, spark_tools/). node.cli_audit imports only the
+    # light spark_tools.audit_args here; the audit itself (pyspark) only when it runs.
+    from node.cli_audit import add_audit_run_arguments  # noqa: PLC0415
+
+    run = actions.add_parser(
+        "run",
+        help="compare the replicas' exports of one audit and write a report (docs/AUDIT.md)",
+        epilog="exit status: 0 consistent, 1 divergent, 2 usage error, "
+        "3 inconsistent or incomplete cut, 4 the audit failed",
+    )
+    add_audit_run_arguments(run)
 
 
 def _run_audit(args: argparse.Namespace) -> int:
@@ -318,13 +338,13 @@ def _run_audit(args: argparse.Namespace) -> int:
         from node.cli_audit_snapshot import run_audit_snapshot  # noqa: PLC0415
 
         return run_audit_snapshot(args)
-    # `rkv audit run` / `rkv audit`: the comparison (spark_tools/) is dispatched here.
-    print(
-        "rkv audit: the comparison across replicas is not available yet; "
-        "'rkv audit snapshot' takes a cut",
-        file=sys.stderr,
-    )
-    return 2
+    if args.audit_command == "run":
+        from node.cli_audit import run_audit_command  # noqa: PLC0415
+
+        return run_audit_command(args)
+    from node.cli_audit_all import run_audit_all  # noqa: PLC0415
+
+    return run_audit_all(args)
 
 
 def _add_redis_commands(sub: Any) -> None:

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 from http_api.client import DEFAULT_URL, parse_urls
@@ -69,11 +70,37 @@ def run_audit_snapshot(args: argparse.Namespace) -> int:
     if status != 200:
         return _failed(status, answer)
     members = {str(m["id"]): str(m["url"]) for m in answer.get("members", [])}
-    return _wait(str(started["audit_id"]), members, args, per_request)
+    exports = wait_for_exports(
+        str(started["audit_id"]), members, total=args.timeout, per_request=per_request
+    )
+    exports.report(args.json)
+    return 0 if exports.complete else EXIT_UNREACHABLE
 
 
-def _wait(audit_id: str, members: dict[str, str], args: argparse.Namespace, timeout: float) -> int:
-    deadline = time.monotonic() + args.timeout
+@dataclass
+class Exports:
+    """Where each member's export of one audit stands after :func:`wait_for_exports`."""
+
+    done: dict[str, dict[str, Any]]  # node id -> its manifest
+    failed: dict[str, str]  # node id -> why
+    pending: dict[str, str]  # node id -> URL, not done when the time ran out
+    last_seen: dict[str, str]
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending and not self.failed
+
+    def report(self, as_json: bool) -> None:
+        _report(self.done, self.failed, self.pending, self.last_seen, as_json)
+
+
+def wait_for_exports(
+    audit_id: str, members: dict[str, str], *, total: float, per_request: float
+) -> Exports:
+    """Poll GET /v1/audit/{id} on every member (id -> URL) until each export is done
+    or failed, or ``total`` seconds have passed."""
+    deadline = time.monotonic() + total
+    timeout = per_request
     path = "/v1/audit/" + urllib.parse.quote(audit_id, safe="")
     pending = dict(members)
     done: dict[str, dict[str, Any]] = {}
@@ -96,8 +123,7 @@ def _wait(audit_id: str, members: dict[str, str], args: argparse.Namespace, time
         if not pending or time.monotonic() >= deadline:
             break
         time.sleep(_POLL_SECONDS)
-    _report(done, failed, pending, last_seen, args.json)
-    return 0 if not pending and not failed else EXIT_UNREACHABLE
+    return Exports(done, failed, pending, last_seen)
 
 
 def _report(

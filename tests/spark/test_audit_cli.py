@@ -155,3 +155,27 @@ def test_a_digest_that_is_not_the_files_is_inconclusive(tmp_path: Path) -> None:
     [reason] = outcome.report["reasons"]
     assert reason.startswith("damaged export: replica n2: ")
     assert reason.endswith("bucket-00002.rkvsnap: its digest is not the manifest's")
+
+
+def test_rkv_audit_run_is_wired_into_rkv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from node.cli import main  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["audit", "run", "--help"])
+    assert exit_info.value.code == 0
+    assert "--exports" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["audit", "run", "--engine", "python"])  # no --exports
+    assert exit_info.value.code == 2
+    root = scenarios.clean(tmp_path / "exports")
+    out = tmp_path / "out"
+    assert main(["audit", "run", "--exports", str(root), "--engine=python", f"--out={out}"]) == 0
+    assert json.loads((out / "report.json").read_text())["status"] == "PASS"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["audit", "--engine", "dask"])
+    assert exit_info.value.code == 2
+    assert main(["audit", "--url", ",", "--engine", "python"]) == 2  # no URL
+    unreachable = ["audit", "--url", "http://127.0.0.1:9", "--timeout", "2", "--out", str(out)]
+    assert main([*unreachable, "--engine", "python"]) == 4

@@ -20,6 +20,7 @@ COMPOSITION_ROOT = {
     "node.cli",
     "node.cli_client",
     "node.cli_audit",
+    "node.cli_audit_all",
     "node.cli_audit_snapshot",
     "node.cli_redis",
     "node.cli_server",

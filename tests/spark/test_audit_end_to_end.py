@@ -129,3 +129,23 @@ def test_rkv_audit_passes_then_names_a_flipped_value(cluster: LocalCluster, tmp_
     [sample] = report["samples"]
     assert sample["key_utf8"] == FLIPPED.decode()
     assert sample["findings"] == [{"class": "value_differs", "replica": follower.node_id}]
+
+
+def test_rkv_audit_with_the_spark_engine_agrees_with_python(
+    cluster: LocalCluster, spark: Any, tmp_path: Path
+) -> None:
+    from node.cli import main  # noqa: PLC0415
+    from spark_tools.audit_run import run_audit  # noqa: PLC0415
+
+    out = tmp_path / "spark"
+    code = main(["audit", "--url", cluster.leader().url, "--out", str(out), "--quiet", *OPTIONS])
+    assert code in (0, 1)  # 1 after the test above flipped a value
+    report = report_of(out)
+    assert report["status"] == ("PASS" if code == 0 else "FAIL")
+    assert report["engine"]["name"] == "spark"
+    [exports] = (out / "exports").iterdir()
+    assert run_audit(exports, tmp_path / "python", "python", progress=None) == code
+    again = report_of(tmp_path / "python")
+    for field in ("engine", "timings", "outputs"):
+        report.pop(field), again.pop(field)
+    assert report == again

@@ -243,5 +243,7 @@ def test_the_cli_takes_a_cut_and_waits_for_every_node(cluster: LocalCluster) -> 
     assert usage.returncode == 2
     unreachable = run_cli("audit", "snapshot", "--url", "http://127.0.0.1:9", "--timeout", "2")
     assert unreachable.returncode == 3
-    no_action = run_cli("audit")
-    assert no_action.returncode == 2
+    # No action: the whole audit (node/cli_audit_all.py, tests/spark/test_audit_end_to_end.py).
+    no_action = run_cli("audit", "--url", "http://127.0.0.1:9", "--timeout", "2")
+    assert no_action.returncode == 4 and "unreachable" in no_action.stderr
+    assert run_cli("audit", "--buckets", "0").returncode == 2

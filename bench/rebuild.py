@@ -160,9 +160,9 @@ def peak_rss_mib(pid: int) -> float:
 # -- load ---------------------------------------------------------------------------
 
 
-def load(leader: Node, keys: int) -> float:
+def load(leader_url: str, keys: int) -> float:
     """Put ``keys`` keys through the leader; returns the seconds it took."""
-    url = f"{leader.url}/v1/txn?encoding=utf-8"
+    url = f"{leader_url}/v1/txn?encoding=utf-8"
 
     def txn(start: int) -> int:
         ops = [
@@ -286,7 +286,7 @@ def measure(procs: Processes, scratch: Path, keys: int) -> Row:
     if leader is None:
         raise BenchError("the leader went away")
     progress(f"leader {leader.node_id}; loading {keys:,} keys, {PUTS_PER_TXN} puts per txn")
-    load_seconds = load(leader, keys)
+    load_seconds = load(leader.url, keys)
     target = applied(leader)
     progress(f"loaded in {load_seconds:.1f}s; leader at offset {target:,}")
     leader, fillers = compact_leader_journal(nodes, leader)

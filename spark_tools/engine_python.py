@@ -1,11 +1,13 @@
 """The Python engine: one process, streaming, memory bounded by one bucket.
 
 - Bucket files are read one at a time; the buckets that differ are merged
-  side by side (one open reader per replica, keys in order).
+  side by side (one open reader per replica, keys in order;
+  spark_tools/bucket_compare.py).
 - Each log is read once in the scan and spilled into per-bucket files; a
   bucket's replay then holds only that bucket's keys in memory.
-- The logs are compared by merging them by offset, one record per replica
-  in memory.
+- The logs are compared by their (offset, record identity) pairs, packed
+  during the scan (16 bytes per record): equal digests, else merged by offset
+  (spark_tools/log_identity.py).
 """
 
 from __future__ import annotations
@@ -17,18 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from spark_tools.audit_plan import AuditPlan, Pair
+from spark_tools.bucket_compare import merge_bucket
 from spark_tools.divergence import (
     DivergenceRow,
-    Observation,
     ReplayRow,
-    divergence_rows,
 )
 from spark_tools.export_reading import (
-    read_log,
-    read_state,
+    LogItem,
 )
 from spark_tools.export_scan import LogScan, StateScan, scan_log, scan_state
 from spark_tools.findings import LogAgreement
+from spark_tools.log_identity import (
+    PAIR,
+    IdentityLog,
+    agree_by_digest,
+    merge_pairs,
+    record_at,
+)
 from spark_tools.log_replay import LogSpill, replay_mismatches
 from spark_tools.progress import Progress
 
@@ -37,6 +44,7 @@ class PythonEngine:
     def __init__(self) -> None:
         self._spill_root = Path(tempfile.mkdtemp(prefix="rkv-audit-"))
         self._spills: dict[int, LogSpill] = {}
+        self._identities: dict[int, IdentityLog] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"name": "python"}
@@ -57,7 +65,13 @@ class PythonEngine:
         records = 0
         for replica in log_replicas:
             spill = LogSpill(self._spill_root / str(replica), plan.split_sort_keys)
-            logs.append(scan_log(plan.log_task(replica), spill.add))
+            identities = self._identities[replica] = IdentityLog()
+
+            def sink(item: LogItem, spill: LogSpill = spill, ids: IdentityLog = identities) -> None:
+                spill.add(item)
+                ids.add(item)
+
+            logs.append(scan_log(plan.log_task(replica), sink))
             spill.flush()
             self._spills[replica] = spill
             records += logs[-1].records
@@ -84,30 +98,13 @@ class PythonEngine:
                 emit(row)
 
     def log_agreement(self, plan: AuditPlan, replicas: list[int]) -> LogAgreement:
-        agreement = LogAgreement(replicas=replicas)
-        readers = [
-            read_log(Path(plan.log_task(r).path), plan.manifest(r).applied_offset) for r in replicas
-        ]
-        heads = [next(reader, None) for reader in readers]
-        while True:
-            present = [h.offset for h in heads if h is not None]
-            if not present:
-                break
-            offset = min(present)
-            at = {
-                replicas[i]: h for i, h in enumerate(heads) if h is not None and h.offset == offset
-            }
-            if len(at) >= 2:
-                agreement.offsets_compared += 1
-                identities = {(h.raft_index, h.op, h.key, h.value_sha) for h in at.values()}
-                if len(identities) > 1:
-                    agreement.divergent_offsets += 1
-                    if agreement.first_offset is None:
-                        agreement.first_offset = offset
-                        agreement.first_records = {r: at.get(r) for r in replicas}
-            for i, h in enumerate(heads):
-                if h is not None and h.offset == offset:
-                    heads[i] = next(readers[i], None)
+        pairs = {r: bytes(self._identities[r].pairs) for r in replicas}
+        digests = {r: self._identities[r].digest() for r in replicas}
+        records = {r: len(pairs[r]) // PAIR.size for r in replicas}
+        agreement = agree_by_digest(replicas, digests, records) or merge_pairs(replicas, pairs)
+        if agreement.first_offset is not None:
+            first = agreement.first_offset
+            agreement.first_records = {r: record_at(plan.log_task(r), first) for r in replicas}
         return agreement
 
     def compare_buckets(
@@ -118,30 +115,12 @@ class PythonEngine:
         progress: Progress,
     ) -> dict[int, int]:
         distinct: dict[int, int] = {}
-        n = len(plan.exports)
         progress.start("compare", len(buckets), "buckets")
         keys = 0
         for done, bucket in enumerate(sorted(buckets), 1):
-            readers = [read_state(e.state_path(bucket)) for e in plan.exports]
-            heads = [next(reader, None) for reader in readers]
-            count = 0
-            while True:
-                present = [h.sort_key for h in heads if h is not None]
-                if not present:
-                    break
-                order = min(present)
-                observations: list[Observation] = [None] * n
-                key = b""
-                for i, h in enumerate(heads):
-                    if h is not None and h.sort_key == order:
-                        observations[i] = (h.version, h.value_sha)
-                        key = h.key
-                        heads[i] = next(readers[i], None)
-                count += 1
-                for row in divergence_rows(bucket, key, order, observations):
-                    emit(row)
-            distinct[bucket] = count
-            keys += count
+            paths = [e.state_path(bucket) for e in plan.exports]
+            distinct[bucket] = merge_bucket(bucket, paths, emit)
+            keys += distinct[bucket]
             progress.tick(done, keys)
         progress.finish(len(buckets), keys)
         return distinct

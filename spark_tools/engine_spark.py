@@ -1,17 +1,20 @@
-"""The Spark engine: the same audit with the files read and joined in executors.
+"""The Spark engine: the same audit with the files read and compared in executors.
 
 - Phase one: one task per file ((replica, bucket) files and logs) running the
   shared scan on an executor; only the small summaries come back.
-- Buckets that differ: their files are decoded with node's reader in
-  flatMap tasks into a DataFrame, grouped by key across the replicas, and
-  only the keys whose replicas disagree come back to the driver, in key
-  order, where the shared code classifies them and writes the Parquet file.
-- Logs: the replay runs in executor tasks, one per (replica, group of
-  buckets), each reading its log once and replaying it bucket by bucket
-  (spark_tools/log_replay.py, as the Python engine does): only per-bucket
-  fingerprints come back, and, for buckets where those differ from the state,
-  the mismatching keys. The logs are compared by grouping (replica, offset,
-  record identity) rows by offset.
+- Buckets that differ: one task per bucket merges its files side by side
+  (spark_tools/bucket_compare.py, the Python engine's code) and returns only
+  the divergent keys, classified; the driver takes them a wave of buckets at a
+  time, in bucket order, and writes the Parquet file.
+- Logs: a log's phase-one task also replays it, in the same read: its
+  records are spilled per bucket on the executor's local disk and replayed
+  bucket by bucket (spark_tools/log_replay.py, as the Python engine does), and
+  only per-bucket fingerprints come back. For buckets where those differ from
+  the state, tasks per (replica, group of buckets) read the log again and
+  return the mismatching keys. The same read packs the log's (offset, record
+  identity) pairs (spark_tools/log_identity.py), kept on the executors: logs
+  whose digests agree are done; otherwise the pairs are grouped by offset in
+  a DataFrame.
 
 Exports must be readable at the same path from the driver and every executor.
 """
@@ -20,64 +23,41 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from pyspark import SparkContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import RDD, SparkContext, StorageLevel
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BinaryType,
     IntegerType,
     LongType,
-    StringType,
     StructField,
     StructType,
 )
 
 from spark_tools.audit_plan import AuditPlan, Pair
+from spark_tools.bucket_compare import compare_bucket_task
 from spark_tools.divergence import (
     DivergenceRow,
-    Observation,
     ReplayRow,
-    divergence_rows,
-)
-from spark_tools.export_reading import (
-    LogItem,
-    read_log,
-    read_state,
 )
 from spark_tools.export_scan import (
     LogScan,
     LogScanTask,
+    ScanResult,
     ScanTask,
     StateScan,
-    StateScanTask,
     run_scan_task,
 )
 from spark_tools.findings import LogAgreement
-from spark_tools.log_replay import (
-    ReplayTask,
-    record_identity,
-    replay_fingerprint_task,
-    replay_rows_task,
-)
+from spark_tools.log_identity import agree_by_digest, record_at, unpack
+from spark_tools.log_replay import LogPass, ReplayTask, log_pass, replay_rows_task
 from spark_tools.progress import INTERVAL_SECONDS, Progress
 from spark_tools.spark_session import get_session
 
 _MAX_SLICES = 10_000
 
-STATE_SCHEMA = StructType(
-    [
-        StructField("replica", IntegerType(), False),
-        StructField("bucket", IntegerType(), False),
-        StructField("key", BinaryType(), False),
-        StructField("sort_key", BinaryType(), True),
-        StructField("version", LongType(), False),
-        StructField("value_sha", StringType(), False),
-    ]
-)
 IDENTITY_SCHEMA = StructType(
     [
         StructField("replica", IntegerType(), False),
@@ -86,47 +66,6 @@ IDENTITY_SCHEMA = StructType(
     ]
 )
 _SLICES_PER_CORE = 4
-
-StateRow = tuple[int, int, bytes, bytes | None, int, str]
-
-
-def _order(key: bytes, sort_key: bytes) -> bytes | None:
-    """The sort key when it differs from the key (long keys only), else None:
-    rows carry it only where needed, and columns use coalesce(sort_key, key)."""
-    return None if sort_key == key else sort_key
-
-
-def state_rows(task: StateScanTask) -> Iterator[StateRow]:
-    """A bucket file's keys as DataFrame rows (runs in an executor)."""
-    for item in read_state(Path(task.path)):
-        yield (
-            task.replica,
-            task.bucket,
-            item.key,
-            _order(item.key, item.sort_key),
-            item.version,
-            item.value_sha,
-        )
-
-
-def identity_rows(task: LogScanTask) -> Iterator[tuple[int, int, int]]:
-    """A log export's records as (replica, offset, identity) rows (in an executor)."""
-    for item in read_log(Path(task.path), task.applied_offset):
-        yield task.replica, item.offset, record_identity(item)
-
-
-def record_at(task: LogScanTask, offset: int) -> LogItem | None:
-    """The log's record at ``offset``, if it holds one (in an executor)."""
-    for item in read_log(Path(task.path), task.applied_offset):
-        if item.offset >= offset:
-            return item if item.offset == offset else None
-    return None
-
-
-def _in_order(frame: DataFrame, *columns: str) -> Iterator[Any]:
-    """The rows (findings: few, normally) to the driver in order, one partition
-    sorted (spilling if it must) rather than a range sort's job per partition."""
-    return frame.repartition(1).sortWithinPartitions(*columns).toLocalIterator()
 
 
 def _differs(*columns: str) -> Any:
@@ -139,19 +78,13 @@ def _differs(*columns: str) -> Any:
     return result
 
 
-def _order_column(prefix: str = "") -> Any:
-    return F.coalesce(F.col(f"{prefix}sort_key"), F.col(f"{prefix}key"))
-
-
 class _StageProgress:
-    """Reports the running stages' finished tasks every couple of seconds."""
+    """Reports the finished tasks of a one-stage job every couple of seconds."""
 
     def __init__(self, sc: SparkContext, progress: Progress, total: int) -> None:
         self._sc = sc
         self._progress = progress
         self._total = total
-        self._reading: int | None = None
-        self._later: set[int] = set()
         self._done = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="audit-progress", daemon=True)
@@ -159,19 +92,12 @@ class _StageProgress:
     def _run(self) -> None:
         tracker = self._sc.statusTracker()
         while not self._stop.wait(INTERVAL_SECONDS):
-            # The first active stage reads the files; the stages after it
-            # (shuffles) have other task counts: count the first one's tasks only,
-            # and never go back once it is done.
-            active = sorted(tracker.getActiveStageIds())
-            info = tracker.getStageInfo(active[0]) if active else None
-            if info is not None and info.stageId not in self._later:
-                if self._reading is None:
-                    self._reading = info.stageId
-                if info.stageId == self._reading:
-                    self._done = max(self._done, info.numCompletedTasks)
-                else:
-                    self._later.add(info.stageId)
-                    self._done = self._total
+            done = 0
+            for stage_id in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage_id)
+                if info is not None:
+                    done += info.numCompletedTasks
+            self._done = max(self._done, done)
             self._progress.tick(min(self._done, self._total))
 
     def __enter__(self) -> _StageProgress:
@@ -189,6 +115,10 @@ class SparkEngine:
         self._sc = spark.sparkContext
         self._owns_session = owns_session
         self.session_seconds = session_seconds
+        self._fingerprints: dict[Pair, tuple[int, int]] = {}
+        self._log_digests: dict[int, str] = {}
+        self._log_records: dict[int, int] = {}
+        self._scanned: RDD[Any] | None = None
 
     @classmethod
     def start(cls, master: str | None, conf: dict[str, str] | None = None) -> SparkEngine:
@@ -210,20 +140,41 @@ class SparkEngine:
         return max(1, min(n, self._sc.defaultParallelism * _SLICES_PER_CORE, _MAX_SLICES))
 
     def scan(self, plan: AuditPlan, progress: Progress) -> tuple[list[StateScan], list[LogScan]]:
+        """Every bucket file and log once. A log's task also replays it and packs
+        its identity pairs; those stay on the executors (a persisted RDD) for the
+        log check, and only the summaries, fingerprints and digests come back."""
         tasks: list[ScanTask] = [*plan.state_tasks(), *map(plan.log_task, plan.log_replicas)]
-        progress.start("scan", len(tasks), "files")
-        with _StageProgress(self._sc, progress, len(tasks)):
-            results = (
-                self._sc.parallelize(tasks, self._slices(len(tasks))).map(run_scan_task).collect()
-            )
-        states = [r for r in results if isinstance(r, StateScan)]
-        logs = [r for r in results if isinstance(r, LogScan)]
-        progress.finish(len(tasks), sum(s.keys for s in states))
-        return states, logs
+        splits, buckets = plan.split_sort_keys, plan.buckets
 
-    def _replay_tasks(
-        self, plan: AuditPlan, pairs: list[Pair], with_state: bool
-    ) -> list[ReplayTask]:
+        def run(task: ScanTask) -> ScanResult | LogPass:
+            if isinstance(task, LogScanTask):
+                return log_pass(task, splits, buckets)
+            return run_scan_task(task)
+
+        def summary(result: ScanResult | LogPass) -> ScanResult | LogPass:
+            return result._replace(pairs=b"") if isinstance(result, LogPass) else result
+
+        progress.start("scan", len(tasks), "files")
+        self._scanned = (
+            self._sc.parallelize(tasks, self._slices(len(tasks)))
+            .map(run)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        with _StageProgress(self._sc, progress, len(tasks)):
+            results = self._scanned.map(summary).collect()
+        states = [r for r in results if isinstance(r, StateScan)]
+        passes = [r for r in results if isinstance(r, LogPass)]
+        self._fingerprints = {
+            (replica, bucket): (keys, fp)
+            for found in passes
+            for replica, bucket, keys, fp in found.fingerprints
+        }
+        self._log_digests = {p.scan.replica: p.digest for p in passes}
+        self._log_records = {p.scan.replica: p.scan.records for p in passes}
+        progress.finish(len(tasks), sum(s.keys for s in states))
+        return states, [p.scan for p in passes]
+
+    def _replay_tasks(self, plan: AuditPlan, pairs: list[Pair]) -> list[ReplayTask]:
         """Tasks replaying ``pairs``: per replica, its buckets in as many groups as
         it takes to give every core a task (each group reads the whole log, so no
         more than that)."""
@@ -239,11 +190,7 @@ class SparkEngine:
             size = -(-len(buckets) // min(groups, len(buckets)))
             for i in range(0, len(buckets), size):
                 chosen = tuple(buckets[i : i + size])
-                state_paths = (
-                    tuple(str(plan.exports[replica].state_path(b)) for b in chosen)
-                    if with_state
-                    else None
-                )
+                state_paths = tuple(str(plan.exports[replica].state_path(b)) for b in chosen)
                 tasks.append(
                     ReplayTask(
                         replica, log.path, manifest.applied_offset, splits, chosen, state_paths
@@ -252,28 +199,33 @@ class SparkEngine:
         return tasks
 
     def replay_fingerprints(self, plan: AuditPlan) -> dict[Pair, tuple[int, int]]:
-        pairs = [(r, b) for r in plan.log_replicas for b in range(plan.buckets)]
-        if not pairs:
-            return {}
-        tasks = self._replay_tasks(plan, pairs, with_state=False)
-        found = self._sc.parallelize(tasks, len(tasks)).flatMap(replay_fingerprint_task).collect()
-        return {(replica, bucket): (keys, fp) for replica, bucket, keys, fp in found}
+        return self._fingerprints
 
     def replay_rows(
         self, plan: AuditPlan, pairs: list[Pair], emit: Callable[[ReplayRow], None]
     ) -> None:
         if not pairs:
             return
-        tasks = self._replay_tasks(plan, pairs, with_state=True)
+        tasks = self._replay_tasks(plan, pairs)
         rows = self._sc.parallelize(tasks, len(tasks)).flatMap(replay_rows_task).collect()
         rows.sort(key=lambda row: (row.replica, row.bucket, row.sort_key))
         for row in rows:
             emit(row)
 
     def log_agreement(self, plan: AuditPlan, replicas: list[int]) -> LogAgreement:
+        agreement = agree_by_digest(replicas, self._log_digests, self._log_records)
+        if agreement is not None:
+            return agreement
         agreement = LogAgreement(replicas=replicas)
-        tasks = [plan.log_task(r) for r in replicas]
-        rows = self._sc.parallelize(tasks, len(tasks)).flatMap(identity_rows)
+        assert self._scanned is not None
+        chosen = set(replicas)
+        rows = self._scanned.flatMap(
+            lambda r: (
+                ((r.scan.replica, o, i) for o, i in unpack(r.pairs))
+                if isinstance(r, LogPass) and r.scan.replica in chosen
+                else ()
+            )
+        )
         logs = self._spark.createDataFrame(rows, IDENTITY_SCHEMA, verifySchema=False)
         per_offset = (
             logs.groupBy("offset")
@@ -290,6 +242,7 @@ class SparkEngine:
         if summary["first"] is not None:
             first = int(summary["first"])
             agreement.first_offset = first
+            tasks = [plan.log_task(r) for r in replicas]
             found = dict(
                 self._sc.parallelize(tasks, len(tasks))
                 .map(lambda task: (task.replica, record_at(task, first)))
@@ -305,48 +258,32 @@ class SparkEngine:
         emit: Callable[[DivergenceRow], None],
         progress: Progress,
     ) -> dict[int, int]:
-        if not buckets:
-            return {}
-        n = len(plan.exports)
-        tasks = plan.state_tasks(sorted(buckets))
-        progress.start("compare", len(tasks), "files")
-        state = self._spark.createDataFrame(
-            self._sc.parallelize(tasks, self._slices(len(tasks))).flatMap(state_rows),
-            STATE_SCHEMA,
-            verifySchema=False,
-        )
-        grouped = (
-            state.groupBy("bucket", "key")
-            .agg(
-                F.min(_order_column()).alias("sort_key"),
-                F.collect_list(F.struct("replica", "version", "value_sha")).alias("obs"),
-                F.count("*").alias("n"),
-                _differs("version", "value_sha").alias("d"),
-            )
-            .persist()
-        )
-        try:
-            with _StageProgress(self._sc, progress, len(tasks)):
-                distinct = {
-                    int(row["bucket"]): int(row["count"])
-                    for row in grouped.groupBy("bucket").count().collect()
-                }
-            progress.finish(len(tasks), sum(distinct.values()))
-            divergent = grouped.filter((F.col("n") < n) | F.col("d")).select(
-                "bucket", "sort_key", "key", "obs"
-            )
-            for row in _in_order(divergent, "bucket", "sort_key"):
-                observations: list[Observation] = [None] * n
-                for o in row["obs"]:
-                    observations[o["replica"]] = (o["version"], o["value_sha"])
-                for found in divergence_rows(
-                    row["bucket"], bytes(row["key"]), bytes(row["sort_key"]), observations
-                ):
-                    emit(found)
-        finally:
-            grouped.unpersist()
+        """One task per differing bucket merging its files side by side; waves of
+        a few buckets per core, so that the driver holds one wave's divergent
+        rows at a time and emits them in bucket order."""
+        distinct: dict[int, int] = {}
+        ordered = sorted(buckets)
+        wave = max(1, self._sc.defaultParallelism * 2)
+        progress.start("compare", len(ordered), "buckets")
+        keys = 0
+        for start in range(0, len(ordered), wave):
+            tasks = [
+                (b, [str(e.state_path(b)) for e in plan.exports])
+                for b in ordered[start : start + wave]
+            ]
+            results = self._sc.parallelize(tasks, len(tasks)).map(compare_bucket_task).collect()
+            for result in sorted(results, key=lambda r: r.bucket):
+                distinct[result.bucket] = result.keys
+                keys += result.keys
+                for row in result.rows:
+                    emit(row)
+            progress.tick(start + len(tasks), keys)
+        progress.finish(len(ordered), keys)
         return distinct
 
     def close(self) -> None:
+        if self._scanned is not None:
+            self._scanned.unpersist()
+            self._scanned = None
         if self._owns_session:
             self._spark.stop()

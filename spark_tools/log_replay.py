@@ -2,16 +2,14 @@
 
 A log is read once and its records are split into one spill file per key-range
 bucket (offset order kept), so that a bucket's replay (the last record of each
-key; a delete removes it) holds only that bucket's keys in memory. The Python
-engine spills every log during its scan; the Spark engine runs the same thing
-in executor tasks, one per (replica, group of buckets), and only fingerprints or
-mismatching keys come back. Also the identity of a record, which the Spark
-engine's log comparison groups by offset.
+key; a delete removes it) holds only that bucket's keys in memory. Both engines
+spill each log during their scan (the Spark engine in its executor tasks,
+where only the per-bucket fingerprints come back); where a bucket's
+fingerprint differs from its state file, the two are merged key by key.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import struct
@@ -31,11 +29,12 @@ from spark_tools.export_reading import (
     read_state,
     sort_key,
 )
+from spark_tools.export_scan import LogScan, LogScanTask, scan_log
+from spark_tools.log_identity import IdentityLog
 
 _SPILL_HEADER = struct.Struct(">QBI")
 _SHA_BYTES = 32
 _SPILL_BUFFER_BYTES = 32 * 1024 * 1024
-_IDENTITY_HEADER = struct.Struct(">QBI")
 
 Replayed = tuple[bytes, bytes, int, str]
 """(sort key, key, version, value sha) of a replayed key."""
@@ -151,15 +150,16 @@ def replay_mismatches(
 
 
 class ReplayTask(NamedTuple):
-    """One log, replayed for some of its buckets (run where the file is readable)."""
+    """One log replayed for some of its buckets and compared with their state files
+    key by key (run where the files are readable)."""
 
     replica: int
     path: str
     applied_offset: int
     splits: list[bytes]
     buckets: tuple[int, ...]
-    state_paths: tuple[str, ...] | None
-    """Per bucket of ``buckets``, its state file: compare key by key (replay_rows)."""
+    state_paths: tuple[str, ...]
+    """Per bucket of ``buckets``, its state file."""
 
 
 def _spill(task: ReplayTask, directory: Path) -> LogSpill:
@@ -176,24 +176,8 @@ def _scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix="rkv-replay-", dir=local))
 
 
-def replay_fingerprint_task(task: ReplayTask) -> list[tuple[int, int, int, int]]:
-    """(replica, bucket, key count, fingerprint) per non-empty bucket of the task."""
-    scratch = _scratch()
-    try:
-        spill = _spill(task, scratch / "spill")
-        found = []
-        for bucket in task.buckets:
-            summary = spill.fingerprint(bucket)
-            if summary is not None:
-                found.append((task.replica, bucket, *summary))
-        return found
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def replay_rows_task(task: ReplayTask) -> list[ReplayRow]:
     """Every key of the task's buckets where the state file and the replay differ."""
-    assert task.state_paths is not None
     scratch = _scratch()
     try:
         spill = _spill(task, scratch / "spill")
@@ -207,10 +191,38 @@ def replay_rows_task(task: ReplayTask) -> list[ReplayRow]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record_identity(item: LogItem) -> int:
-    """A signed 64-bit hash of what must agree between replicas at one offset
-    (raft index, op, key, value); two different records share it with probability
-    2**-64."""
-    head = _IDENTITY_HEADER.pack(item.raft_index, item.op, len(item.key))
-    digest = hashlib.sha256(head + item.key + bytes.fromhex(item.value_sha)).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+class LogPass(NamedTuple):
+    """What one read of a log gives the Spark engine."""
+
+    scan: LogScan
+    fingerprints: list[tuple[int, int, int, int]]
+    """(replica, bucket, key count, fingerprint) of the replay's non-empty buckets."""
+    digest: str
+    pairs: bytes
+    """(offset, identity) pairs (spark_tools/log_identity.py)."""
+
+
+def log_pass(task: LogScanTask, splits: list[bytes], buckets: int) -> LogPass:
+    """Phase one's check of a log and, in the same read, its replay's per-bucket
+    fingerprints and its identity pairs; none of those if the log is damaged."""
+    scratch = _scratch()
+    try:
+        spill = LogSpill(scratch / "spill", splits)
+        identities = IdentityLog()
+
+        def sink(item: LogItem) -> None:
+            spill.add(item)
+            identities.add(item)
+
+        scanned = scan_log(task, sink)
+        spill.flush()
+        if scanned.error is not None:
+            return LogPass(scanned, [], "", b"")
+        found = []
+        for bucket in range(buckets):
+            summary = spill.fingerprint(bucket)
+            if summary is not None:
+                found.append((task.replica, bucket, *summary))
+        return LogPass(scanned, found, identities.digest(), bytes(identities.pairs))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

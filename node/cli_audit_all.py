@@ -4,8 +4,9 @@
 2. every member (GET /v1/cluster/members) is polled until its export is done
    (node/cli_audit_snapshot.py's :func:`wait_for_exports`);
 3. each finished export is downloaded, file by file and its ``manifest.json``
-   last, into ``<out>/exports/<audit id>/<node id>/`` (always downloaded, even
-   when the nodes' audit directories are readable here: simple and correct);
+   last, into ``<out>/exports/<audit id>/<node id>/``; with ``--exports-dir DIR``
+   (the nodes' --audit-dir on storage shared with this machine, such as a
+   Compose volume) nothing is downloaded and ``DIR/<audit id>/`` is read in place;
 4. spark_tools' ``run_audit`` compares them and writes its report into
    ``<out>`` (docs/AUDIT.md), expecting as many replicas as there are members:
    a member whose export failed or did not finish makes the audit
@@ -62,6 +63,15 @@ def add_audit_all_arguments(
         default=DEFAULT_OUT,
         help=f"the report goes here, the downloaded exports under OUT/exports/ ({DEFAULT_OUT})",
     )
+    parser.add_argument(
+        "--exports-dir",
+        dest="all_exports_dir",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="the nodes' --audit-dir, shared with this machine: read the exports from "
+        "DIR/<audit id>/<node id>/ instead of downloading them",
+    )
     parser.add_argument("--engine", dest="all_engine", choices=("spark", "python"), default="spark")
     parser.add_argument(
         "--master",
@@ -107,6 +117,9 @@ def run_audit_all(args: argparse.Namespace) -> int:
     if args.all_timeout <= 0:
         _err("--timeout must be positive")
         return EXIT_USAGE
+    if args.all_exports_dir is not None and not args.all_exports_dir.is_dir():
+        _err(f"--exports-dir {args.all_exports_dir}: no such directory")
+        return EXIT_USAGE
     per_request = min(args.all_timeout, _MAX_REQUEST_SECONDS)
     body: dict[str, Any] = {}
     if args.all_buckets is not None:
@@ -120,26 +133,44 @@ def run_audit_all(args: argparse.Namespace) -> int:
     if status != 200:
         return _refused("the members", status, answer)
     members = {str(m["id"]): str(m["url"]) for m in answer.get("members", [])}
-    return _gather_and_compare(args, audit_id, members, per_request)
+    return _gather_and_compare(args, audit_id, int(started["raft_index"]), members, per_request)
 
 
 def _gather_and_compare(
-    args: argparse.Namespace, audit_id: str, members: dict[str, str], per_request: float
+    args: argparse.Namespace,
+    audit_id: str,
+    cut_index: int,
+    members: dict[str, str],
+    per_request: float,
 ) -> int:
     from node.cli_audit_snapshot import wait_for_exports  # noqa: PLC0415
 
-    exports = wait_for_exports(audit_id, members, total=args.all_timeout, per_request=per_request)
+    exports = wait_for_exports(
+        audit_id, members, total=args.all_timeout, per_request=per_request, cut_index=cut_index
+    )
     if not args.all_quiet:
         sys.stdout.flush()
         exports.report(as_json=False)
         sys.stdout.flush()
-    root = args.all_out / "exports" / audit_id
-    try:
-        for node_id, manifest in sorted(exports.done.items()):
-            _download(members[node_id], audit_id, manifest, root / node_id, per_request)
-    except (OSError, ValueError) as exc:
-        _err(f"downloading the exports: {exc}")
-        return EXIT_FAILURE
+    if args.all_exports_dir is not None:
+        from node.audit_export import MANIFEST_NAME  # noqa: PLC0415
+
+        root = args.all_exports_dir / audit_id
+        missing = [n for n in sorted(exports.done) if not (root / n / MANIFEST_NAME).is_file()]
+        if missing:
+            _err(
+                f"{root}: no finished export of {', '.join(missing)} here; is --exports-dir "
+                "the nodes' --audit-dir?"
+            )
+            return EXIT_FAILURE
+    else:
+        root = args.all_out / "exports" / audit_id
+        try:
+            for node_id, manifest in sorted(exports.done.items()):
+                _download(members[node_id], audit_id, manifest, root / node_id, per_request)
+        except (OSError, ValueError) as exc:
+            _err(f"downloading the exports: {exc}")
+            return EXIT_FAILURE
     _info(args, f"exports of {len(exports.done)}/{len(members)} members in {root}")
     if not exports.done:
         _err(f"no member exported audit {audit_id}")

@@ -3,7 +3,9 @@
 POST /v1/audit goes to the leader (307s followed by hand, as `rkv cluster`
 does) and prints ``AUDIT_ID RAFT_INDEX``. With ``--wait`` it then polls
 GET /v1/audit/{id} on every member until each export is done (a node that has
-not applied the cut yet answers 404, one still writing 202) and prints one
+not applied the cut yet answers 404, one still writing 202; a node whose
+applied raft index passed the cut with no export never had the entry applied,
+having installed a later state, and is reported as failed) and prints one
 summary line per node, then whether the bucket digests agree. The comparison
 itself is `rkv audit run` (spark_tools/, node/cli_audit.py).
 
@@ -71,7 +73,11 @@ def run_audit_snapshot(args: argparse.Namespace) -> int:
         return _failed(status, answer)
     members = {str(m["id"]): str(m["url"]) for m in answer.get("members", [])}
     exports = wait_for_exports(
-        str(started["audit_id"]), members, total=args.timeout, per_request=per_request
+        str(started["audit_id"]),
+        members,
+        total=args.timeout,
+        per_request=per_request,
+        cut_index=int(started["raft_index"]),
     )
     exports.report(args.json)
     return 0 if exports.complete else EXIT_UNREACHABLE
@@ -95,10 +101,18 @@ class Exports:
 
 
 def wait_for_exports(
-    audit_id: str, members: dict[str, str], *, total: float, per_request: float
+    audit_id: str,
+    members: dict[str, str],
+    *,
+    total: float,
+    per_request: float,
+    cut_index: int | None = None,
 ) -> Exports:
     """Poll GET /v1/audit/{id} on every member (id -> URL) until each export is done
-    or failed, or ``total`` seconds have passed."""
+    or failed, or ``total`` seconds have passed. With ``cut_index`` (the raft index
+    of the audit entry), a member that has applied past it and still has no export
+    is failed at once: it installed a later state instead of applying the entry
+    (a rebuild), so it will never export this audit."""
     deadline = time.monotonic() + total
     timeout = per_request
     path = "/v1/audit/" + urllib.parse.quote(audit_id, safe="")
@@ -114,6 +128,9 @@ def wait_for_exports(
                 del pending[node_id]
             elif status == 202:
                 last_seen[node_id] = "writing"
+            elif status == 404 and _missed_cut(url, path, cut_index, timeout):
+                failed[node_id] = f"applied past the cut (raft index {cut_index}) with no export"
+                del pending[node_id]
             elif status in (0, 404, 503):  # unreachable, not applied yet, busy: again
                 last_seen[node_id] = "not started" if status == 404 else "unreachable"
             else:
@@ -124,6 +141,22 @@ def wait_for_exports(
             break
         time.sleep(_POLL_SECONDS)
     return Exports(done, failed, pending, last_seen)
+
+
+def _missed_cut(url: str, path: str, cut_index: int | None, timeout: float) -> bool:
+    """True if the node at ``url`` applied entries past ``cut_index`` and still has
+    no export (asked again after its status: the export is registered when the
+    entry is applied, so a node past the entry without one skipped it)."""
+    if cut_index is None:
+        return False
+    status, answer = cluster_request([url], "GET", "/v1/status", None, timeout)
+    if status != 200 or not isinstance(answer, dict):
+        return False
+    applied = answer.get("applied_index")
+    if not isinstance(applied, int) or applied <= cut_index:
+        return False
+    status, _ = cluster_request([url], "GET", path, None, timeout)
+    return status == 404
 
 
 def _report(

@@ -317,7 +317,7 @@ def cluster_request(
                     target = location
                     continue
                 return exc.code, answer
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: http.client.InvalidURL
                 last = {"code": "unreachable", "message": f"{base}: {exc}"}
                 break
     return 0, last

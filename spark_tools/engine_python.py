@@ -11,9 +11,8 @@
 from __future__ import annotations
 
 import shutil
-import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,110 +22,21 @@ from spark_tools.divergence import (
     Observation,
     ReplayRow,
     divergence_rows,
-    replay_class,
 )
 from spark_tools.export_reading import (
-    PUT,
-    LogItem,
-    add_fingerprints,
-    bucket_of,
-    fingerprint,
     read_log,
     read_state,
-    sort_key,
 )
 from spark_tools.export_scan import LogScan, StateScan, scan_log, scan_state
 from spark_tools.findings import LogAgreement
+from spark_tools.log_replay import LogSpill, replay_mismatches
 from spark_tools.progress import Progress
-
-_SPILL_HEADER = struct.Struct(">QBI")
-_SHA_BYTES = 32
-_SPILL_BUFFER_BYTES = 32 * 1024 * 1024
-
-
-class _LogSpill:
-    """A replica's log records split into one file per bucket (offset order kept)."""
-
-    def __init__(self, directory: Path, splits: list[bytes]) -> None:
-        self._directory = directory
-        self._splits = splits
-        self._buffers: dict[int, list[bytes]] = {}
-        self._buffered = 0
-        directory.mkdir(parents=True)
-
-    def path(self, bucket: int) -> Path:
-        return self._directory / f"bucket-{bucket:05d}.spill"
-
-    def add(self, item: LogItem) -> None:
-        frame = (
-            _SPILL_HEADER.pack(item.offset, item.op, len(item.key))
-            + item.key
-            + bytes.fromhex(item.value_sha)
-        )
-        self._buffers.setdefault(bucket_of(item.sort_key, self._splits), []).append(frame)
-        self._buffered += len(frame)
-        if self._buffered >= _SPILL_BUFFER_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        for bucket, frames in self._buffers.items():
-            with open(self.path(bucket), "ab") as f:
-                f.write(b"".join(frames))
-        self._buffers.clear()
-        self._buffered = 0
-
-    def replay(self, bucket: int) -> list[tuple[bytes, bytes, int, str]]:
-        """The bucket's replayed state: (sort key, key, version, value sha), in key order."""
-        path = self.path(bucket)
-        if not path.exists():
-            return []
-        data = path.read_bytes()
-        latest: dict[bytes, tuple[int, int, bytes]] = {}
-        position = 0
-        while position < len(data):
-            offset, op, key_len = _SPILL_HEADER.unpack_from(data, position)
-            position += _SPILL_HEADER.size
-            key = data[position : position + key_len]
-            position += key_len
-            latest[key] = (offset, op, data[position : position + _SHA_BYTES])
-            position += _SHA_BYTES
-        items = [
-            (sort_key(key), key, offset, sha.hex())
-            for key, (offset, op, sha) in latest.items()
-            if op == PUT
-        ]
-        items.sort()
-        return items
-
-
-def _merge_state_and_replay(
-    replica: int,
-    bucket: int,
-    state: Iterator[tuple[bytes, bytes, Observation]],
-    replay: Iterator[tuple[bytes, bytes, Observation]],
-) -> Iterator[ReplayRow]:
-    s = next(state, None)
-    r = next(replay, None)
-    while s is not None or r is not None:
-        if r is None or (s is not None and s[0] < r[0]):
-            assert s is not None
-            order, key, state_obs, log_obs = s[0], s[1], s[2], None
-            s = next(state, None)
-        elif s is None or r[0] < s[0]:
-            order, key, state_obs, log_obs = r[0], r[1], None, r[2]
-            r = next(replay, None)
-        else:
-            order, key, state_obs, log_obs = s[0], s[1], s[2], r[2]
-            s, r = next(state, None), next(replay, None)
-        klass = replay_class(state_obs, log_obs)
-        if klass is not None:
-            yield ReplayRow(replica, bucket, order, key, klass, state_obs, log_obs)
 
 
 class PythonEngine:
     def __init__(self) -> None:
         self._spill_root = Path(tempfile.mkdtemp(prefix="rkv-audit-"))
-        self._spills: dict[int, _LogSpill] = {}
+        self._spills: dict[int, LogSpill] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"name": "python"}
@@ -146,7 +56,7 @@ class PythonEngine:
         logs: list[LogScan] = []
         records = 0
         for replica in log_replicas:
-            spill = _LogSpill(self._spill_root / str(replica), plan.split_sort_keys)
+            spill = LogSpill(self._spill_root / str(replica), plan.split_sort_keys)
             logs.append(scan_log(plan.log_task(replica), spill.add))
             spill.flush()
             self._spills[replica] = spill
@@ -159,27 +69,18 @@ class PythonEngine:
         result: dict[Pair, tuple[int, int]] = {}
         for replica, spill in self._spills.items():
             for bucket in range(plan.buckets):
-                total = 0
-                items = spill.replay(bucket)
-                for _order, key, version, sha in items:
-                    total = add_fingerprints(total, fingerprint(key, version, sha))
-                if items:
-                    result[replica, bucket] = (len(items), total)
+                summary = spill.fingerprint(bucket)
+                if summary is not None:
+                    result[replica, bucket] = summary
         return result
 
     def replay_rows(
         self, plan: AuditPlan, pairs: list[Pair], emit: Callable[[ReplayRow], None]
     ) -> None:
         for replica, bucket in sorted(pairs):
-            state = (
-                (item.sort_key, item.key, (item.version, item.value_sha))
-                for item in read_state(plan.exports[replica].state_path(bucket))
-            )
-            replay = (
-                (order, key, (version, sha))
-                for order, key, version, sha in self._spills[replica].replay(bucket)
-            )
-            for row in _merge_state_and_replay(replica, bucket, state, replay):
+            state_path = plan.exports[replica].state_path(bucket)
+            replayed = self._spills[replica].replay(bucket)
+            for row in replay_mismatches(replica, bucket, state_path, replayed):
                 emit(row)
 
     def log_agreement(self, plan: AuditPlan, replicas: list[int]) -> LogAgreement:

@@ -6,10 +6,12 @@
   flatMap tasks into a DataFrame, grouped by key across the replicas, and
   only the keys whose replicas disagree come back to the driver, in key
   order, where the shared code classifies them and writes the Parquet file.
-- Logs: decoded the same way into a cached DataFrame; the replay is the last
-  record per (replica, key) (max_by offset), summed into per-bucket
-  fingerprints, and joined with the state where those differ; the logs are
-  compared by grouping records by offset.
+- Logs: the replay runs in executor tasks, one per (replica, group of
+  buckets), each reading its log once and replaying it bucket by bucket
+  (spark_tools/log_replay.py, as the Python engine does): only per-bucket
+  fingerprints come back, and, for buckets where those differ from the state,
+  the mismatching keys. The logs are compared by grouping (replica, offset,
+  record identity) rows by offset.
 
 Exports must be readable at the same path from the driver and every executor.
 """
@@ -40,15 +42,9 @@ from spark_tools.divergence import (
     Observation,
     ReplayRow,
     divergence_rows,
-    replay_class,
 )
 from spark_tools.export_reading import (
-    FINGERPRINT_BITS,
-    PUT,
     LogItem,
-    add_fingerprints,
-    bucket_of,
-    fingerprint,
     read_log,
     read_state,
 )
@@ -61,13 +57,16 @@ from spark_tools.export_scan import (
     run_scan_task,
 )
 from spark_tools.findings import LogAgreement
+from spark_tools.log_replay import (
+    ReplayTask,
+    record_identity,
+    replay_fingerprint_task,
+    replay_rows_task,
+)
 from spark_tools.progress import INTERVAL_SECONDS, Progress
 from spark_tools.spark_session import get_session
 
 _MAX_SLICES = 10_000
-_CHUNK_BITS = 32
-_CHUNK_MASK = (1 << _CHUNK_BITS) - 1
-FINGERPRINT_CHUNKS = FINGERPRINT_BITS // _CHUNK_BITS
 
 STATE_SCHEMA = StructType(
     [
@@ -79,23 +78,16 @@ STATE_SCHEMA = StructType(
         StructField("value_sha", StringType(), False),
     ]
 )
-LOG_SCHEMA = StructType(
+IDENTITY_SCHEMA = StructType(
     [
         StructField("replica", IntegerType(), False),
-        StructField("bucket", IntegerType(), False),
         StructField("offset", LongType(), False),
-        StructField("raft_index", LongType(), False),
-        StructField("op", IntegerType(), False),
-        StructField("key", BinaryType(), False),
-        StructField("sort_key", BinaryType(), True),
-        StructField("value_sha", StringType(), False),
-        *(StructField(f"fp{i}", LongType(), False) for i in range(FINGERPRINT_CHUNKS)),
+        StructField("identity", LongType(), False),
     ]
 )
 _SLICES_PER_CORE = 4
 
 StateRow = tuple[int, int, bytes, bytes | None, int, str]
-LogRow = tuple[Any, ...]
 
 
 def _order(key: bytes, sort_key: bytes) -> bytes | None:
@@ -117,34 +109,18 @@ def state_rows(task: StateScanTask) -> Iterator[StateRow]:
         )
 
 
-def log_rows(task: LogScanTask, splits: list[bytes]) -> Iterator[LogRow]:
-    """A log export's records as DataFrame rows (runs in an executor), each with
-    its fingerprint as the key's state (were it the last record) in 32-bit chunks,
-    so that per-bucket sums are plain SQL sums."""
+def identity_rows(task: LogScanTask) -> Iterator[tuple[int, int, int]]:
+    """A log export's records as (replica, offset, identity) rows (in an executor)."""
     for item in read_log(Path(task.path), task.applied_offset):
-        yield (
-            task.replica,
-            bucket_of(item.sort_key, splits),
-            item.offset,
-            item.raft_index,
-            item.op,
-            item.key,
-            _order(item.key, item.sort_key),
-            item.value_sha,
-            *fingerprint_chunks(fingerprint(item.key, item.offset, item.value_sha)),
-        )
+        yield task.replica, item.offset, record_identity(item)
 
 
-def fingerprint_chunks(value: int) -> list[int]:
-    return [(value >> (_CHUNK_BITS * i)) & _CHUNK_MASK for i in range(FINGERPRINT_CHUNKS)]
-
-
-def join_fingerprint_chunks(sums: list[int]) -> int:
-    """Sum of fingerprints mod 2**128 from the sums of their chunks."""
-    total = 0
-    for i, chunk_sum in enumerate(sums):
-        total = add_fingerprints(total, chunk_sum << (_CHUNK_BITS * i))
-    return total
+def record_at(task: LogScanTask, offset: int) -> LogItem | None:
+    """The log's record at ``offset``, if it holds one (in an executor)."""
+    for item in read_log(Path(task.path), task.applied_offset):
+        if item.offset >= offset:
+            return item if item.offset == offset else None
+    return None
 
 
 def _in_order(frame: DataFrame, *columns: str) -> Iterator[Any]:
@@ -170,21 +146,33 @@ def _order_column(prefix: str = "") -> Any:
 class _StageProgress:
     """Reports the running stages' finished tasks every couple of seconds."""
 
-    def __init__(self, sc: SparkContext, progress: Progress) -> None:
+    def __init__(self, sc: SparkContext, progress: Progress, total: int) -> None:
         self._sc = sc
         self._progress = progress
+        self._total = total
+        self._reading: int | None = None
+        self._later: set[int] = set()
+        self._done = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="audit-progress", daemon=True)
 
     def _run(self) -> None:
         tracker = self._sc.statusTracker()
         while not self._stop.wait(INTERVAL_SECONDS):
-            done = 0
-            for stage_id in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(stage_id)
-                if info is not None:
-                    done += info.numCompletedTasks
-            self._progress.tick(done)
+            # The first active stage reads the files; the stages after it
+            # (shuffles) have other task counts: count the first one's tasks only,
+            # and never go back once it is done.
+            active = sorted(tracker.getActiveStageIds())
+            info = tracker.getStageInfo(active[0]) if active else None
+            if info is not None and info.stageId not in self._later:
+                if self._reading is None:
+                    self._reading = info.stageId
+                if info.stageId == self._reading:
+                    self._done = max(self._done, info.numCompletedTasks)
+                else:
+                    self._later.add(info.stageId)
+                    self._done = self._total
+            self._progress.tick(min(self._done, self._total))
 
     def __enter__(self) -> _StageProgress:
         self._thread.start()
@@ -201,8 +189,6 @@ class SparkEngine:
         self._sc = spark.sparkContext
         self._owns_session = owns_session
         self.session_seconds = session_seconds
-        self._logs: DataFrame | None = None
-        self._latest: DataFrame | None = None
 
     @classmethod
     def start(cls, master: str | None, conf: dict[str, str] | None = None) -> SparkEngine:
@@ -226,7 +212,7 @@ class SparkEngine:
     def scan(self, plan: AuditPlan, progress: Progress) -> tuple[list[StateScan], list[LogScan]]:
         tasks: list[ScanTask] = [*plan.state_tasks(), *map(plan.log_task, plan.log_replicas)]
         progress.start("scan", len(tasks), "files")
-        with _StageProgress(self._sc, progress):
+        with _StageProgress(self._sc, progress, len(tasks)):
             results = (
                 self._sc.parallelize(tasks, self._slices(len(tasks))).map(run_scan_task).collect()
             )
@@ -235,120 +221,63 @@ class SparkEngine:
         progress.finish(len(tasks), sum(s.keys for s in states))
         return states, logs
 
-    def _log_frame(self, plan: AuditPlan) -> DataFrame:
-        if self._logs is None:
-            tasks = [plan.log_task(r) for r in plan.log_replicas]
-            splits = plan.split_sort_keys
-            rows = self._sc.parallelize(tasks, self._slices(len(tasks))).flatMap(
-                lambda task: log_rows(task, splits)
-            )
-            self._logs = self._spark.createDataFrame(rows, LOG_SCHEMA, verifySchema=False).persist()
-        return self._logs
-
-    def _latest_frame(self, plan: AuditPlan) -> DataFrame:
-        """Each (replica, key)'s last record, when it is a put: the replayed state."""
-        if self._latest is None:
-            columns = ["offset", "op", "value_sha", "bucket", "sort_key"]
-            columns += [f"fp{i}" for i in range(FINGERPRINT_CHUNKS)]
-            last = F.max_by(F.struct(*columns), "offset")
-            self._latest = (
-                self._log_frame(plan)
-                .groupBy("replica", "key")
-                .agg(last.alias("last"))
-                .select("replica", "key", "last.*")
-                .filter(F.col("op") == PUT)
-                .persist()
-            )
-        return self._latest
+    def _replay_tasks(
+        self, plan: AuditPlan, pairs: list[Pair], with_state: bool
+    ) -> list[ReplayTask]:
+        """Tasks replaying ``pairs``: per replica, its buckets in as many groups as
+        it takes to give every core a task (each group reads the whole log, so no
+        more than that)."""
+        by_replica: dict[int, list[int]] = {}
+        for replica, bucket in sorted(pairs):
+            by_replica.setdefault(replica, []).append(bucket)
+        groups = max(1, -(-self._sc.defaultParallelism // max(1, len(by_replica))))
+        splits = plan.split_sort_keys
+        tasks = []
+        for replica, buckets in by_replica.items():
+            manifest = plan.manifest(replica)
+            log = plan.log_task(replica)
+            size = -(-len(buckets) // min(groups, len(buckets)))
+            for i in range(0, len(buckets), size):
+                chosen = tuple(buckets[i : i + size])
+                state_paths = (
+                    tuple(str(plan.exports[replica].state_path(b)) for b in chosen)
+                    if with_state
+                    else None
+                )
+                tasks.append(
+                    ReplayTask(
+                        replica, log.path, manifest.applied_offset, splits, chosen, state_paths
+                    )
+                )
+        return tasks
 
     def replay_fingerprints(self, plan: AuditPlan) -> dict[Pair, tuple[int, int]]:
-        if not plan.log_replicas:
+        pairs = [(r, b) for r in plan.log_replicas for b in range(plan.buckets)]
+        if not pairs:
             return {}
-        sums = (
-            self._latest_frame(plan)
-            .groupBy("replica", "bucket")
-            .agg(
-                F.count("*").alias("keys"),
-                *(F.sum(f"fp{i}").alias(f"fp{i}") for i in range(FINGERPRINT_CHUNKS)),
-            )
-            .collect()
-        )
-        return {
-            (int(row["replica"]), int(row["bucket"])): (
-                int(row["keys"]),
-                join_fingerprint_chunks([int(row[f"fp{i}"]) for i in range(FINGERPRINT_CHUNKS)]),
-            )
-            for row in sums
-        }
+        tasks = self._replay_tasks(plan, pairs, with_state=False)
+        found = self._sc.parallelize(tasks, len(tasks)).flatMap(replay_fingerprint_task).collect()
+        return {(replica, bucket): (keys, fp) for replica, bucket, keys, fp in found}
 
     def replay_rows(
         self, plan: AuditPlan, pairs: list[Pair], emit: Callable[[ReplayRow], None]
     ) -> None:
         if not pairs:
             return
-        tasks = [plan.state_task(r, b) for r, b in sorted(pairs)]
-        state = self._spark.createDataFrame(
-            self._sc.parallelize(tasks, self._slices(len(tasks))).flatMap(state_rows),
-            STATE_SCHEMA,
-            verifySchema=False,
-        )
-        chosen = self._spark.createDataFrame(
-            [(r, b) for r, b in pairs],
-            StructType(
-                [
-                    StructField("replica", IntegerType(), False),
-                    StructField("bucket", IntegerType(), False),
-                ]
-            ),
-        )
-        replayed = self._latest_frame(plan).join(F.broadcast(chosen), ["replica", "bucket"])
-        s, log = state.alias("s"), replayed.alias("l")
-        joined = s.join(log, ["replica", "bucket", "key"], "full_outer").select(
-            "replica",
-            "bucket",
-            "key",
-            F.coalesce(F.col("s.sort_key"), F.col("l.sort_key"), F.col("key")).alias("order"),
-            F.col("s.version").alias("state_version"),
-            F.col("s.value_sha").alias("state_sha"),
-            F.col("l.offset").alias("log_version"),
-            F.col("l.value_sha").alias("log_sha"),
-        )
-        differing = joined.filter(
-            ~(
-                F.col("state_version").eqNullSafe(F.col("log_version"))
-                & F.col("state_sha").eqNullSafe(F.col("log_sha"))
-            )
-        )
-        for row in _in_order(differing, "replica", "bucket", "order"):
-            state_obs: Observation = (
-                None if row["state_version"] is None else (row["state_version"], row["state_sha"])
-            )
-            log_obs: Observation = (
-                None if row["log_version"] is None else (row["log_version"], row["log_sha"])
-            )
-            klass = replay_class(state_obs, log_obs)
-            assert klass is not None
-            emit(
-                ReplayRow(
-                    row["replica"],
-                    row["bucket"],
-                    bytes(row["order"]),
-                    bytes(row["key"]),
-                    klass,
-                    state_obs,
-                    log_obs,
-                )
-            )
+        tasks = self._replay_tasks(plan, pairs, with_state=True)
+        rows = self._sc.parallelize(tasks, len(tasks)).flatMap(replay_rows_task).collect()
+        rows.sort(key=lambda row: (row.replica, row.bucket, row.sort_key))
+        for row in rows:
+            emit(row)
 
     def log_agreement(self, plan: AuditPlan, replicas: list[int]) -> LogAgreement:
         agreement = LogAgreement(replicas=replicas)
-        logs = self._log_frame(plan).filter(F.col("replica").isin(replicas))
+        tasks = [plan.log_task(r) for r in replicas]
+        rows = self._sc.parallelize(tasks, len(tasks)).flatMap(identity_rows)
+        logs = self._spark.createDataFrame(rows, IDENTITY_SCHEMA, verifySchema=False)
         per_offset = (
             logs.groupBy("offset")
-            .agg(
-                F.count("*").alias("n"),
-                _differs("raft_index", "op", "key", "value_sha").alias("d"),
-            )
+            .agg(F.count("*").alias("n"), _differs("identity").alias("d"))
             .filter(F.col("n") >= 2)
         )
         summary = per_offset.agg(
@@ -361,17 +290,11 @@ class SparkEngine:
         if summary["first"] is not None:
             first = int(summary["first"])
             agreement.first_offset = first
-            found = {
-                int(row["replica"]): LogItem(
-                    first,
-                    row["raft_index"],
-                    row["op"],
-                    bytes(row["key"]),
-                    bytes(row["sort_key"] if row["sort_key"] is not None else row["key"]),
-                    row["value_sha"],
-                )
-                for row in logs.filter(F.col("offset") == first).collect()
-            }
+            found = dict(
+                self._sc.parallelize(tasks, len(tasks))
+                .map(lambda task: (task.replica, record_at(task, first)))
+                .collect()
+            )
             agreement.first_records = {r: found.get(r) for r in replicas}
         return agreement
 
@@ -403,7 +326,7 @@ class SparkEngine:
             .persist()
         )
         try:
-            with _StageProgress(self._sc, progress):
+            with _StageProgress(self._sc, progress, len(tasks)):
                 distinct = {
                     int(row["bucket"]): int(row["count"])
                     for row in grouped.groupBy("bucket").count().collect()
@@ -425,9 +348,5 @@ class SparkEngine:
         return distinct
 
     def close(self) -> None:
-        for frame in (self._latest, self._logs):
-            if frame is not None:
-                frame.unpersist()
-        self._latest = self._logs = None
         if self._owns_session:
             self._spark.stop()

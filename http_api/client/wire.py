@@ -61,6 +61,8 @@ def normalize_url(url: str) -> str:
     except ValueError:
         raise ValueError(f"bad port in URL {url!r}") from None
     host = parts.hostname
+    if any(ch.isspace() or not ch.isprintable() or ch in '<>"{}|\\^`' for ch in host):
+        raise ValueError(f"bad host in URL {url!r}")
     if ":" in host:
         host = f"[{host}]"
     netloc = host if port is None else f"{host}:{port}"

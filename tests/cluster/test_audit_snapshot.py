@@ -247,3 +247,7 @@ def test_the_cli_takes_a_cut_and_waits_for_every_node(cluster: LocalCluster) -> 
     no_action = run_cli("audit", "--url", "http://127.0.0.1:9", "--timeout", "2")
     assert no_action.returncode == 4 and "unreachable" in no_action.stderr
     assert run_cli("audit", "--buckets", "0").returncode == 2
+    no_dir = run_cli("audit", "--exports-dir", "/nonexistent/rkv-audits")
+    assert no_dir.returncode == 2 and "no such directory" in no_dir.stderr
+    bad_host = run_cli("audit", "--url", "http://no such host:8001")
+    assert bad_host.returncode == 2 and "bad host" in bad_host.stderr

@@ -1,6 +1,8 @@
 """`rkv audit --url URL` end to end on three real node processes: a cut taken under
-a concurrent writer audits PASS; after one value is flipped in a stopped follower's
-LMDB (its version kept), the next audit FAILs naming exactly that key and replica."""
+a concurrent writer audits PASS (the exports downloaded over HTTP); after one value is
+flipped in a stopped follower's LMDB (its version kept), the next audit FAILs naming
+exactly that key and replica (the exports read in place from the nodes' shared
+--audit-dir with --exports-dir, as the Compose audit service does)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,16 @@ OPTIONS = ["--buckets", "4", "--timeout", "60"]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    running = LocalCluster(tmp_path_factory.mktemp("audit-e2e") / "cluster")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The audit directory every node writes into (a shared volume's stand-in)."""
+    return tmp_path_factory.mktemp("audit-shared")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Iterator[LocalCluster]:
+    running = LocalCluster(
+        tmp_path_factory.mktemp("audit-e2e") / "cluster", extra_args=["--audit-dir", str(shared)]
+    )
     try:
         running.start()
         yield running
@@ -66,9 +76,11 @@ class Writer(threading.Thread):
                 pass
 
 
-def rkv_audit(url: str, out: Path, engine: str = "python") -> subprocess.CompletedProcess[str]:
+def rkv_audit(
+    url: str, out: Path, engine: str = "python", *extra: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*RKV_AUDIT, "--url", url, "--out", str(out), "--engine", engine, *OPTIONS],
+        [*RKV_AUDIT, "--url", url, "--out", str(out), "--engine", engine, *OPTIONS, *extra],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -95,7 +107,9 @@ def flip_value(data_dir: Path, key: bytes) -> None:
         store.close()
 
 
-def test_rkv_audit_passes_then_names_a_flipped_value(cluster: LocalCluster, tmp_path: Path) -> None:
+def test_rkv_audit_passes_then_names_a_flipped_value(
+    cluster: LocalCluster, shared: Path, tmp_path: Path
+) -> None:
     leader = cluster.leader()
     preload(leader.url)
     writer = Writer(leader.url)
@@ -121,9 +135,14 @@ def test_rkv_audit_passes_then_names_a_flipped_value(cluster: LocalCluster, tmp_
     cluster.start_node(index)
     cluster.wait_ready(60)
 
-    divergent = rkv_audit(cluster.leader().url, tmp_path / "divergent")
+    divergent = rkv_audit(
+        cluster.leader().url, tmp_path / "divergent", "python", "--exports-dir", str(shared)
+    )
     assert divergent.returncode == 1, divergent.stderr + divergent.stdout
+    assert not (tmp_path / "divergent" / "exports").exists()  # read in place
     report = report_of(tmp_path / "divergent")
+    for replica in report["replicas"]:
+        assert Path(replica["export"]).parent == shared / report["audit_id"]
     assert report["status"] == "FAIL"
     assert report["totals"]["divergent_keys"] == 1
     [sample] = report["samples"]

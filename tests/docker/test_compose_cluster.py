@@ -156,4 +156,6 @@ def test_the_audit_service_finds_the_replicas_identical(compose_cluster: Compose
     )  # fmt: skip
     assert report["status"] == "PASS", report["reasons"]
     assert sorted(r["replica"] for r in report["replicas"]) == ["n1", "n2", "n3"]
+    # Read in place from the nodes' shared volume, not downloaded into /reports.
+    assert all(r["export"].startswith("/exports/") for r in report["replicas"]), report["replicas"]
     assert report["totals"]["distinct_keys"] >= len(compose_cluster.kv.acknowledged)

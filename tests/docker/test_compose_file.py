@@ -87,6 +87,8 @@ def test_nodes_are_healthchecked_published_on_overridable_ports_and_keep_no_secr
         assert all(conditions[node] == "service_healthy" for node in NODE_SERVICES)
     assert services["audit"]["profiles"] == ["audit"]
     assert "exports:/exports:ro" in services["audit"]["volumes"]
+    command = services["audit"]["command"]
+    assert command[command.index("--exports-dir") + 1] == "/exports"
     assert services["redis"]["image"].startswith("${RKV_REDIS_IMAGE:-")
 
 

@@ -51,6 +51,7 @@ def docker_engine() -> Iterator[Engine]:
             _remove_leftover_projects(engine)
             yield engine
         finally:
+            # Layers of earlier builds (this build's are tagged: tests/docker/images.py).
             with contextlib.suppress(AssertionError):
                 engine.docker("image", "prune", "--force", timeout=120)
             engine.stop()
@@ -131,4 +132,6 @@ def compose_cluster(docker_engine: Engine, rkv_images: Images) -> Iterator[Compo
     finally:
         logs = project.run("logs", "--no-color", check=False)
         (cache_dir() / "last-compose.log").write_text(logs.stdout + logs.stderr)
+        started = time.monotonic()
         project.down()
+        _note(f"compose down: {time.monotonic() - started:.1f} s")

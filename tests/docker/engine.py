@@ -145,12 +145,30 @@ class Engine:
         """Stop dockerd by PID; its containerd too if dockerd had to be killed."""
         if self.process is None:
             return
-        _stop_pid(self.process.pid, STOP_TIMEOUT)
-        self.process.wait(timeout=10)
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
         containerd_pid = _read_pid(self.root / "exec" / "containerd" / "containerd.pid")
         if containerd_pid is not None and _alive(containerd_pid):
             _stop_pid(containerd_pid, 10)
         self.process = None
+        _unmount_under(self.root / "exec")
+
+
+def _unmount_under(folder: Path) -> None:
+    """dockerd leaves its network namespace files (exec/netns/*) mounted: unmount them."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return
+    prefix = str(folder) + "/"
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 1 and fields[1].startswith(prefix):
+            subprocess.run(["umount", fields[1]], capture_output=True, check=False, timeout=30)
 
 
 def _stop_leftover(root: Path) -> None:

@@ -33,6 +33,9 @@ IMAGE_NAME = "rkv-test"
 IMAGE_TAG = "ci"
 NODE_IMAGE = f"{IMAGE_NAME}:{IMAGE_TAG}"
 AUDIT_IMAGE = f"{IMAGE_NAME}-audit:{IMAGE_TAG}"
+# Tagging the last build stage keeps its layers (the legacy builder's cache)
+# from being pruned as dangling; earlier builds' layers are pruned.
+BUILD_STAGE_IMAGE = f"{IMAGE_NAME}-build:{IMAGE_TAG}"
 BUILD_TIMEOUT = 900.0
 
 
@@ -123,6 +126,8 @@ def build_images(engine: Engine, cache: Path, wheelhouse: Path) -> None:
         "--build-arg", "WHEELHOUSE=wheelhouse",
     ]  # fmt: skip
     try:
+        engine.docker(*common, "--target", "build-audit", "-t", BUILD_STAGE_IMAGE, str(context),
+                      timeout=BUILD_TIMEOUT)  # fmt: skip
         engine.docker(*common, "--target", "node", "-t", NODE_IMAGE, str(context),
                       timeout=BUILD_TIMEOUT)  # fmt: skip
         engine.docker(*common, "--target", "audit", "-t", AUDIT_IMAGE, str(context),

@@ -46,12 +46,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[spark,test]'
 	touch $@
 
-# Java for Spark (local mode), a real redis-server for the Redis tests, and
-# iptables for the namespaced partitions (tests/chaos/netns.py, root only).
+# Java for Spark (local mode), a real redis-server for the Redis tests,
+# iptables for the namespaced partitions (tests/chaos/netns.py, root only), and
+# for the container tier (tests/docker/) Docker's engine, compose and
+# debootstrap (its base image is made locally: no registry is needed).
 system-deps:
 	@command -v java >/dev/null 2>&1 || $(APT_INSTALL) openjdk-17-jre-headless
 	@command -v redis-server >/dev/null 2>&1 || $(APT_INSTALL) redis-server
 	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || $(APT_INSTALL) iptables
+	@command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || $(APT_INSTALL) docker.io
+	@command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || \
+		$(APT_INSTALL) docker-compose
+	@command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || $(APT_INSTALL) debootstrap
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

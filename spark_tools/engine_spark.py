@@ -143,7 +143,8 @@ class SparkEngine:
         """Every bucket file and log once. A log's task also replays it and packs
         its identity pairs; those stay on the executors (a persisted RDD) for the
         log check, and only the summaries, fingerprints and digests come back."""
-        tasks: list[ScanTask] = [*plan.state_tasks(), *map(plan.log_task, plan.log_replicas)]
+        state_tasks: list[ScanTask] = list(plan.state_tasks())
+        log_tasks: list[ScanTask] = [plan.log_task(r) for r in plan.log_replicas]
         splits, buckets = plan.split_sort_keys, plan.buckets
 
         def run(task: ScanTask) -> ScanResult | LogPass:
@@ -154,13 +155,16 @@ class SparkEngine:
         def summary(result: ScanResult | LogPass) -> ScanResult | LogPass:
             return result._replace(pairs=b"") if isinstance(result, LogPass) else result
 
-        progress.start("scan", len(tasks), "files")
-        self._scanned = (
-            self._sc.parallelize(tasks, self._slices(len(tasks)))
-            .map(run)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        with _StageProgress(self._sc, progress, len(tasks)):
+        # A log (read, spilled and replayed) is the longest task: each gets a
+        # partition of its own, scheduled first; the bucket files fill the rest.
+        parts = [self._sc.parallelize(state_tasks, self._slices(len(state_tasks)))]
+        if log_tasks:
+            parts.insert(0, self._sc.parallelize(log_tasks, len(log_tasks)))
+        scan = self._sc.union(parts) if len(parts) > 1 else parts[0]
+        partitions = scan.getNumPartitions()
+        progress.start("scan", partitions, "tasks")
+        self._scanned = scan.map(run).persist(StorageLevel.MEMORY_AND_DISK)
+        with _StageProgress(self._sc, progress, partitions):
             results = self._scanned.map(summary).collect()
         states = [r for r in results if isinstance(r, StateScan)]
         passes = [r for r in results if isinstance(r, LogPass)]
@@ -171,7 +175,7 @@ class SparkEngine:
         }
         self._log_digests = {p.scan.replica: p.digest for p in passes}
         self._log_records = {p.scan.replica: p.scan.records for p in passes}
-        progress.finish(len(tasks), sum(s.keys for s in states))
+        progress.finish(partitions, sum(s.keys for s in states))
         return states, [p.scan for p in passes]
 
     def _replay_tasks(self, plan: AuditPlan, pairs: list[Pair]) -> list[ReplayTask]:

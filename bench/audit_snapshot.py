@@ -28,8 +28,8 @@ from typing import Any
 from bench.audit import run as run_engine
 from bench.procs import Processes, interrupt_on_signals
 from bench.rebuild import load
-from bench.rkv_cluster import start
-from bench.support import http_request, progress
+from bench.rkv_cluster import find_leader, start
+from bench.support import http_request, progress, wait_until
 
 WORK = Path(tempfile.gettempdir()) / "rkv-bench-audit-snapshot"
 POLL_S = 0.2
@@ -58,6 +58,13 @@ class Writer(threading.Thread):
                 time.sleep(0.1)
 
 
+def current_leader(urls: tuple[str, ...]) -> str:
+    """The leader now (it may have changed during the load)."""
+    found: list[str] = []
+    wait_until("a leader in /v1/status", lambda: find_leader(urls, found), 30)
+    return found[0]
+
+
 def wait_for_exports(urls: tuple[str, ...], audit_id: str) -> tuple[dict[str, Any], float]:
     """Every node's manifest (GET /v1/audit/{id}: 200), and when the last arrived."""
     manifests: dict[str, Any] = {}
@@ -82,13 +89,14 @@ def measure(work: Path, keys: int, engines: list[str], master: str) -> dict[str,
         cluster = start(procs, work)
         progress(f"loading {keys:,} keys through {cluster.leader_url}")
         load_s = load(cluster.leader_url, keys)
-        writer = Writer(cluster.leader_url)
+        leader = current_leader(cluster.urls)
+        writer = Writer(leader)
         writer.start()
         time.sleep(2)
         before = writer.acked
         began = time.monotonic()
         code, body = http_request(
-            f"{cluster.leader_url}/v1/audit", "POST", {"audit_id": "bench"}, timeout=30
+            f"{leader}/v1/audit", "POST", {"audit_id": "bench"}, timeout=30
         )
         cut_s = time.monotonic() - began
         if code != 200:

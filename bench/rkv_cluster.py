@@ -66,7 +66,7 @@ def start(procs: Processes, data_dir: Path, nodes: int = 3) -> RkvCluster:
         f"rkv: /readyz on {nodes} nodes", lambda: _ready(urls), START_TIMEOUT_S, server.exited
     )
     leader: list[str] = []
-    wait_until("an rkv leader in /v1/status", lambda: _find_leader(urls, leader), 30, server.exited)
+    wait_until("an rkv leader in /v1/status", lambda: find_leader(urls, leader), 30, server.exited)
     return RkvCluster(urls, leader[0])
 
 
@@ -74,7 +74,7 @@ def _ready(urls: tuple[str, ...]) -> bool:
     return all(http_request(f"{url}/readyz")[0] == 200 for url in urls)
 
 
-def _find_leader(urls: tuple[str, ...], found: list[str]) -> bool:
+def find_leader(urls: tuple[str, ...], found: list[str]) -> bool:
     """Append the leader's URL (one of ``urls``) to ``found``; False while there is none."""
     for url in urls:
         status = http_json(f"{url}/v1/status")

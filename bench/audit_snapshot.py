@@ -30,9 +30,9 @@ from bench.procs import Processes, interrupt_on_signals
 from bench.rebuild import load
 from bench.rkv_cluster import find_leader, start
 from bench.support import http_request, progress, wait_until
+from node.cli_audit_snapshot import Exports, wait_for_exports
 
 WORK = Path(tempfile.gettempdir()) / "rkv-bench-audit-snapshot"
-POLL_S = 0.2
 
 
 class Writer(threading.Thread):
@@ -65,22 +65,13 @@ def current_leader(urls: tuple[str, ...]) -> str:
     return found[0]
 
 
-def wait_for_exports(urls: tuple[str, ...], audit_id: str) -> tuple[dict[str, Any], float]:
-    """Every node's manifest (GET /v1/audit/{id}: 200), and when the last arrived."""
-    manifests: dict[str, Any] = {}
-    deadline = time.monotonic() + 1800
-    while len(manifests) < len(urls):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"exports not done after 30 min: {sorted(manifests)}")
-        for url in urls:
-            if url not in manifests:
-                code, body = http_request(f"{url}/v1/audit/{audit_id}")
-                if code == 200:
-                    manifests[url] = json.loads(body)
-                elif code not in (202, 404):
-                    raise SystemExit(f"{url}: export failed: {body[:300]!r}")
-        time.sleep(POLL_S)
-    return manifests, time.monotonic()
+def exports_done(urls: tuple[str, ...], audit_id: str, cut: int) -> tuple[Exports, float]:
+    """Every node's export (node/cli_audit_snapshot.py's waiter: a node that caught up
+    past the cut without applying it is reported, not waited for) and when the last
+    one was seen done."""
+    members = {f"n{i}": url for i, url in enumerate(urls)}  # rkv up's ids
+    exports = wait_for_exports(audit_id, members, total=1800, per_request=30, cut_index=cut)
+    return exports, time.monotonic()
 
 
 def measure(work: Path, keys: int, engines: list[str], master: str) -> dict[str, Any]:
@@ -95,26 +86,28 @@ def measure(work: Path, keys: int, engines: list[str], master: str) -> dict[str,
         time.sleep(2)
         before = writer.acked
         began = time.monotonic()
-        code, body = http_request(
-            f"{leader}/v1/audit", "POST", {"audit_id": "bench"}, timeout=30
-        )
+        code, body = http_request(f"{leader}/v1/audit", "POST", {"audit_id": "bench"}, timeout=30)
         cut_s = time.monotonic() - began
         if code != 200:
             raise SystemExit(f"POST /v1/audit answered {code}: {body[:300]!r}")
         started = json.loads(body)
         progress(f"cut at raft index {started['raft_index']} in {cut_s * 1000:.0f} ms")
-        manifests, last = wait_for_exports(cluster.urls, "bench")
+        exports, last = exports_done(cluster.urls, "bench", int(started["raft_index"]))
+        manifests = exports.done
+        if not exports.complete:
+            progress(
+                f"exports not done: failed {exports.failed}, pending {sorted(exports.pending)}"
+            )
         writes_during = writer.acked - before
         writer.stop.set()
         writer.join(10)
     export_s = last - began
-    exports = work / "exports"
-    shutil.rmtree(exports, ignore_errors=True)
-    exports.mkdir(parents=True)
-    for i in range(len(cluster.urls)):  # rkv up: node i keeps its data in <dir>/rkv/n<i>
-        node = f"n{i}"
-        (exports / node).symlink_to(work / "rkv" / node / "audit" / "bench" / node)
-    runs = [run_engine(exports, work / "reports", engine, master) for engine in engines]
+    root = work / "exports"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for node in manifests:  # rkv up: node i keeps its data in <dir>/rkv/n<i>
+        (root / node).symlink_to(work / "rkv" / node / "audit" / "bench" / node)
+    runs = [run_engine(root, work / "reports", engine, master) for engine in engines]
     return {
         "keys": keys,
         "load_seconds": round(load_s, 1),
@@ -122,6 +115,7 @@ def measure(work: Path, keys: int, engines: list[str], master: str) -> dict[str,
         "exports_done_seconds": round(export_s, 2),
         "writes_acked_during_exports": writes_during,
         "writes_per_second_during_exports": round(writes_during / max(export_s, 1e-9)),
+        "missed": exports.failed,
         "nodes": [
             {
                 "replica": m["replica"],

@@ -21,6 +21,8 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.transport import TCPTransport
 
+from raft.transmission import Transmissions
+
 logger = logging.getLogger(__name__)
 
 EntryApplier = Callable[[int, bytes], Any]
@@ -62,6 +64,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self._rkv_amnesiac = amnesiac
         self._rkv_catch_up_target: int | None = None
         self._rkv_refused_terms: set[int] = set()
+        self._rkv_transmissions = Transmissions()
         self._rkv_applier = applier
         self._rkv_synced: tuple[int, int] | None = None
         self._rkv_timeouts: tuple[float, float] | None = None
@@ -118,6 +121,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "append_entries":
+            message = self._rkv_transmissions.receive(node, message)
             message = self._without_held_entries(message)
         if (
             self._rkv_amnesiac

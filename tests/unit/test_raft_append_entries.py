@@ -5,6 +5,7 @@ from the first conflicting entry, as Raft requires."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,3 +97,50 @@ def test_a_conflicting_entry_still_truncates_from_itself(follower: RkvSyncObj) -
     leader.append((1, 0), entries(2, 5, 1) + entries(6, 7, 2), term=2)
     assert leader.log() == [(1, 0)] + [(i, 1) for i in range(2, 6)] + [(6, 2), (7, 2)]
     assert leader.replies[-1] == (8, True)
+
+
+def chunked(entry: tuple[bytes, int, int], batch: int) -> list[tuple[str, bytes]]:
+    """pysyncobj 0.3.x leader's chunks of a large entry, with its labels: "finish"
+    once a chunk reaches the length of the raw data, not of the pickle."""
+    pickled = pickle.dumps(entry, 2)
+    chunks = []
+    for pos in range(0, len(pickled), batch):
+        if pos == 0:
+            label = "start"
+        elif pos + batch >= len(entry[0]):
+            label = "finish"
+        else:
+            label = "process"
+        chunks.append((label, pickled[pos : pos + batch]))
+    return chunks
+
+
+def test_a_large_entry_sent_in_chunks_is_appended_once_complete(
+    follower: RkvSyncObj, caplog: pytest.LogCaptureFixture
+) -> None:
+    leader = Leader(follower)
+    leader.append((1, 0), entries(2, 3, 1), term=1)
+    # 120 KB with every byte >= 0x80: its protocol-2 pickle is about twice as long.
+    data = NO_OP + bytes(range(128, 256)) * 960
+    chunks = chunked((data, 4, 1), 2**16)
+    assert [label for label, _ in chunks].count("finish") > 1  # the mislabelling
+    for label, piece in chunks:
+        follower._SyncObj__onMessageReceived(
+            leader.peer,
+            {
+                "type": "append_entries",
+                "term": 1,
+                "commit_index": 0,
+                "prevLogIdx": 3,
+                "prevLogTerm": 1,
+                "transmission": label,
+                "data": piece,
+            },
+        )
+    assert leader.log()[-1] == (4, 1)
+    assert follower._SyncObj__raftLog[-1][0] == data
+    assert leader.replies[-1] == (5, True)
+    assert [success for _, success in leader.replies[1:-1]] == [False] * (len(chunks) - 1)
+    # The next entry follows as usual.
+    leader.append((4, 1), entries(5, 5, 1), term=1)
+    assert leader.log()[-1] == (5, 1)

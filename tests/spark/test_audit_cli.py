@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,45 @@ def test_rkv_audit_run_is_wired_into_rkv(
     assert main(["audit", "--url", ",", "--engine", "python"]) == 2  # no URL
     unreachable = ["audit", "--url", "http://127.0.0.1:9", "--timeout", "2", "--out", str(out)]
     assert main([*unreachable, "--engine", "python"]) == 4
+
+
+def test_spark_submit_runs_audit_main_with_its_master(spark: object, tmp_path: Path) -> None:
+    """Through the real spark-submit (pyspark's): the master is spark-submit's
+    (--master local[1]), never one the code picks."""
+    submit = Path(sys.executable).parent / "spark-submit"
+    root = scenarios.clean(tmp_path / "exports")
+    out = tmp_path / "out"
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            str(AUDIT_MAIN),
+            "--exports",
+            str(root),
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(repo),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "PASS"
+    assert report["engine"]["name"] == "spark"
+    assert report["engine"]["master"] == "local[1]"

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Literal
 
 from tests.support.cluster import REPO, LocalCluster, NodeProcess
+from tests.support.processes import pid_alive
 
 PREFIX = "rkvt"
 HTTP_PORT = 8000
@@ -108,18 +109,6 @@ def run(
             f"{' '.join(args)} exited {done.returncode}: {(done.stderr or done.stdout).strip()}"
         )
     return done
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- iptables and availability -------------------------------------------------------------
@@ -263,13 +252,13 @@ def cleanup_leftovers() -> list[str]:
     names = [(name, NAMESPACE_RE.match(name)) for name in namespaces()]
     # Node namespaces before hubs, so nothing is left attached to a bridge being removed.
     for name, match in sorted(names, key=lambda nm: nm[0].endswith("-hub")):
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             with contextlib.suppress(NetnsError):
                 delete_namespace(name)
                 removed.append(f"netns {name}")
     for link in host_links():
         owner = OWNER_ALIAS_RE.match(link["alias"])
-        if HOST_LINK_RE.match(link["name"]) and owner and not _pid_alive(int(owner.group(1))):
+        if HOST_LINK_RE.match(link["name"]) and owner and not pid_alive(int(owner.group(1))):
             with contextlib.suppress(NetnsError):
                 run(["ip", "link", "del", link["name"]])
                 removed.append(f"link {link['name']}")

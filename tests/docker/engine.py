@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.processes import pid_alive
+
 DEFAULT_CACHE = Path("/var/cache/rkv-docker-test")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
@@ -54,16 +56,6 @@ def _binary(name: str) -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -75,9 +67,9 @@ def _stop_pid(pid: int, timeout: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.2)
-    if _alive(pid):
+    if pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -152,7 +144,7 @@ class Engine:
             self.process.kill()
             self.process.wait(timeout=10)
         containerd_pid = _read_pid(self.root / "exec" / "containerd" / "containerd.pid")
-        if containerd_pid is not None and _alive(containerd_pid):
+        if containerd_pid is not None and pid_alive(containerd_pid):
             _stop_pid(containerd_pid, 10)
         self.process = None
         _unmount_under(self.root / "exec")
@@ -174,7 +166,7 @@ def _unmount_under(folder: Path) -> None:
 def _stop_leftover(root: Path) -> None:
     """A dockerd of ours that a crashed run left behind (the caller holds the cache lock)."""
     pid = _read_pid(root / "dockerd.pid")
-    if pid is None or not _alive(pid):
+    if pid is None or not pid_alive(pid):
         return
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")

@@ -63,7 +63,7 @@ EXPOSE 8001 8101
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; port = os.environ.get('RKV_LISTEN', ':8001').rsplit(':', 1)[1]; urllib.request.urlopen(f'http://127.0.0.1:{port}/readyz', timeout=2)"]
 # Exec form: rkv is PID 1 (or docker-init's child with --init) and stops on
-# SIGTERM itself (node/server.py), well within `docker stop`'s 10 s.
+# SIGTERM itself (node/cli/wiring.py), well within `docker stop`'s 10 s.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["rkv"]
 CMD ["node"]

@@ -47,7 +47,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Java for Spark (local mode), a real redis-server for the Redis tests,
-# iptables for the namespaced partitions (tests/chaos/netns.py, root only), and
+# iptables for the namespaced partitions (tests/chaos/rig/netns.py, root only), and
 # for the container tier (tests/docker/) Docker's engine, compose and
 # debootstrap (its base image is made locally: no registry is needed).
 system-deps:

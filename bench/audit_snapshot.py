@@ -30,7 +30,7 @@ from bench.procs import Processes, interrupt_on_signals
 from bench.rebuild import load
 from bench.rkv_cluster import find_leader, start
 from bench.support import http_request, progress, wait_until
-from node.cli_audit_snapshot import Exports, wait_for_exports
+from node.cli.audit_cut import Exports, wait_for_exports
 
 WORK = Path(tempfile.gettempdir()) / "rkv-bench-audit-snapshot"
 
@@ -66,7 +66,7 @@ def current_leader(urls: tuple[str, ...]) -> str:
 
 
 def exports_done(urls: tuple[str, ...], audit_id: str, cut: int) -> tuple[Exports, float]:
-    """Every node's export (node/cli_audit_snapshot.py's waiter: a node that caught up
+    """Every node's export (node/cli/audit_cut.py's waiter: a node that caught up
     past the cut without applying it is reported, not waited for) and when the last
     one was seen done."""
     members = {f"n{i}": url for i, url in enumerate(urls)}  # rkv up's ids

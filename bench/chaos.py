@@ -4,8 +4,8 @@
                           [--workers 6] [--keys 5] [--out bench/results]
 
 Starts a 3-node cluster of real processes whose raft links go through a TCP
-proxy (tests/chaos/netfault.py, so partitions need no root), runs
-tests/chaos/campaign.py: clients contend on a few keys (reads at every
+proxy (tests/chaos/rig/netfault.py, so partitions need no root), runs
+tests/chaos/rig/campaign.py: clients contend on a few keys (reads at every
 consistency level, writes, compare-and-sets) and idempotent producers
 increment a counter, while nemeses picked by the seeded RNG are injected,
 held and healed (kill -9 and restart, SIGSTOP/SIGCONT, partitions, a
@@ -30,10 +30,10 @@ from pathlib import Path
 
 from bench.chaos_report import render
 from bench.support import progress
-from tests.chaos.campaign import run_campaign
-from tests.chaos.nemesis import NEMESES
-from tests.chaos.netfault import ProxiedCluster
-from tests.chaos.workload import WorkloadConfig
+from tests.chaos.rig.campaign import run_campaign
+from tests.chaos.rig.nemesis import NEMESES
+from tests.chaos.rig.netfault import ProxiedCluster
+from tests.chaos.rig.workload import WorkloadConfig
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

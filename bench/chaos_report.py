@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from tests.chaos.campaign import CampaignResult
+from tests.chaos.rig.campaign import CampaignResult
 
 _COLORS = {"ok": "#2a9d4b", "fail": "#e9b44c", "unknown": "#d1495b"}
 

@@ -1,4 +1,4 @@
-"""Compaction benchmark (not a test): throughput and peak RSS of node/compaction.py.
+"""Compaction benchmark (not a test): throughput and peak RSS of node/storage/compaction.py.
 
 For each size, a log of N records over N/10 distinct keys (each key overwritten
 about 10 times, 100-byte values) is built through StateMachine.apply (entries of
@@ -36,11 +36,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from node.commands import Batch, Put, encode_entry
-from node.compaction import CompactionPolicy, compact
-from node.record import RecordOp
-from node.recovery import open_storage
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.state.commands import Batch, Put, encode_entry
+from node.state.machine import StateMachine
+from node.storage.compaction import CompactionPolicy, compact
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.record import RecordOp
+from node.storage.recovery import open_storage
 
 VALUE = bytes(range(100))  # 100-byte values
 TIMESTAMP_MS = 1_700_000_000_000
@@ -136,20 +137,21 @@ def build_log(data_dir: str, n_records: int, distinct: int) -> dict[str, Any]:
     started = last = time.perf_counter()
     storage = open_storage(Path(data_dir), CONFIG)
     try:
-        apply = storage.state_machine.apply
+        machine = StateMachine.over(storage)
+        apply = machine.apply
         for raft_index, entry in enumerate(entries(n_records, distinct), start=1):
             apply(raft_index, entry)
             now = time.perf_counter()
             if now - last >= PROGRESS_SECONDS:
                 last = now
-                done = storage.state_machine.applied_offset
+                done = machine.applied_offset
                 progress(
                     f"  building: {done:,}/{n_records:,} puts applied "
                     f"({done / (now - started):,.0f} puts/s)"
                 )
         storage.sync()
         storage.commit_log.roll()  # close the active segment: compaction sees it all
-        applied = storage.state_machine.applied_offset
+        applied = machine.applied_offset
         segments = storage.commit_log.segment_count
         log_bytes = storage.commit_log.size_bytes
     finally:

@@ -5,7 +5,7 @@ secret, ``--raft-compaction-entries 1000`` so the leader's raft journal is compa
 and a wiped follower cannot be brought back from it). N keys with 100-byte values are
 loaded through the leader with POST /v1/txn (1000 puts per transaction, several
 requests in flight), then read-only transactions until the leader compacts its journal
-(so its snapshot marker covers the whole load: the follower must pull every record).
+(so its raft marker covers the whole load: the follower must pull every record).
 Once every follower has applied the leader's offset, one follower
 is SIGKILLed, its data directory deleted, and it is restarted with the same arguments.
 Timed: from the restart until it answers GET /readyz with 200 AND its applied offset
@@ -190,7 +190,7 @@ def load(leader_url: str, keys: int) -> float:
 
 def compact_leader_journal(nodes: list[Node], leader: Node) -> tuple[Node, int]:
     """Read-only transactions (one raft entry each, no records) until the leader's raft
-    journal shrinks: its snapshot marker then covers every loaded entry, so a wiped
+    journal shrinks: its raft marker then covers every loaded entry, so a wiped
     follower cannot be sent them from the journal. Returns the leader (an election may
     happen meanwhile) and how many transactions it took."""
     before = int(status(leader).get("raft_log_entries") or 0)

@@ -26,7 +26,7 @@ from bench.support import (
 )
 
 START_TIMEOUT_S = 90.0
-RAFT_PORT_OFFSET = 100  # node i's raft port is base+100+i (node/cluster_runner.py)
+RAFT_PORT_OFFSET = 100  # node i's raft port is base+100+i (node/cli/local_cluster.py)
 
 
 @dataclass(frozen=True)

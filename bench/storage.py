@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from node.commands import Batch, Put, encode_entry
-from node.commit_log import CommitLog
-from node.lmdb_store import LmdbStore
-from node.record import Record, RecordOp
-from node.recovery import LOG_DIR, STATE_DIR, open_storage
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.state.commands import Batch, Put, encode_entry
+from node.state.machine import StateMachine
+from node.storage.commit_log import CommitLog
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.datadir import LOG_DIR, STATE_DIR
+from node.storage.lmdb_store import LmdbStore
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import open_storage
 
 VALUE = bytes(range(100))  # 100-byte values
 TIMESTAMP_MS = 1_700_000_000_000
@@ -102,14 +104,15 @@ def build_entries(n_puts: int, batch_size: int) -> list[bytes]:
 def time_apply(data_dir: Path, config: StorageConfig, entries: list[bytes], n_puts: int) -> float:
     storage = open_storage(data_dir, config)
     try:
-        apply = storage.state_machine.apply
+        machine = StateMachine.over(storage)
+        apply = machine.apply
         started = time.perf_counter()
         for raft_index, entry in enumerate(entries, start=1):
             apply(raft_index, entry)
         storage.sync()  # the node's durability point: one sync after the group
         elapsed = time.perf_counter() - started
-        if storage.state_machine.applied_offset != n_puts:
-            raise SystemExit(f"applied offset {storage.state_machine.applied_offset} != {n_puts}")
+        if machine.applied_offset != n_puts:
+            raise SystemExit(f"applied offset {machine.applied_offset} != {n_puts}")
     finally:
         storage.close()
     return elapsed

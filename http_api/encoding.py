@@ -16,8 +16,8 @@ from urllib.parse import unquote_to_bytes
 from aiohttp import web
 
 from node.errors import InvalidRequest
-from node.kv_service import Consistency
-from node.producers import ProducerTag
+from node.service.kv import Consistency
+from node.state.producers import ProducerTag
 
 KV_PATH_PREFIX = "/v1/kv/"
 ENCODINGS = ("base64", "utf-8")

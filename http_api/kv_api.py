@@ -1,4 +1,4 @@
-"""The HTTP layer's view of the key-value service (node.kv_service provides it)."""
+"""The HTTP layer's view of the key-value service (node.service.kv provides it)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,11 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, BinaryIO, Protocol
 
-from node.commands import Command, Txn
-from node.compaction import CompactionResult
-from node.kv_service import Consistency, ScanPage
-from node.lmdb_store import StoredValue
-from node.producers import ProducerTag
-from node.record import Record
-from node.results import CommandResult
-from node.snapshot_file import SnapshotHeader
+from node.service.kv import Consistency, ScanPage
+from node.service.types import CompactionResult, Record, SnapshotHeader, StoredValue
+from node.state.commands import Command, Txn
+from node.state.producers import ProducerTag
+from node.state.results import CommandResult
 
 
 class KvApi(Protocol):

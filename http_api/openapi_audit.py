@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from http_api.openapi_common import errors, json_content
-from node.audit_export import DEFAULT_BUCKETS
-from node.commands import MAX_AUDIT_BUCKETS, MAX_SPLIT_POINT_BYTES
+from node.service.types import DEFAULT_BUCKETS
+from node.state.commands import MAX_AUDIT_BUCKETS, MAX_SPLIT_POINT_BYTES
 
 _ID = {
     "name": "id",
@@ -28,7 +28,7 @@ def audit_paths() -> dict[str, Any]:
                 "points from the leader's keys (internal keys included; each cut to "
                 f"{MAX_SPLIT_POINT_BYTES} bytes) and proposes the audit command; every node "
                 "exports when it applies it, from one LMDB read transaction, while writes go "
-                "on. The export format is documented in node/audit_export.py and "
+                "on. The export format is documented in node/audit/export.py and "
                 "docs/ARCHITECTURE.md. An empty body is {}.",
                 "requestBody": {
                     "required": False,
@@ -137,7 +137,7 @@ def audit_schemas() -> dict[str, Any]:
         },
         "AuditManifest": {
             "type": "object",
-            "description": "manifest.json of the export (format 1; see node/audit_export.py)",
+            "description": "manifest.json of the export (format 1; see node/audit/export.py)",
             "properties": {
                 "format": {"type": "integer", "enum": [1]},
                 "audit_id": {"type": "string"},

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from http_api.encoding import MAX_VERSION, PRODUCER_HEADERS
-from node.commands import MAX_TXN_OPS
-from node.producers import WINDOW
+from node.state.commands import MAX_TXN_OPS
+from node.state.producers import WINDOW
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 BYTES = {"type": "string", "description": "base64, or text with encoding=utf-8"}

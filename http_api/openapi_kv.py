@@ -19,8 +19,8 @@ from http_api.openapi_common import (
     json_content,
     write_responses,
 )
-from node.commands import MAX_TXN_OPS
-from node.producers import WINDOW
+from node.state.commands import MAX_TXN_OPS
+from node.state.producers import WINDOW
 
 _RAW_BODY = {"content": {"application/octet-stream": {"schema": {"type": "string"}}}}
 _KEY_ENCODING = {**ENCODING, "description": "How the key appears in the answer (default base64)."}

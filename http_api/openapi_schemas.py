@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from http_api.openapi_common import BYTES, ERROR, INT64
-from node.commands import MAX_TXN_OPS
-from node.kv_service import MAX_TRANSACTIONAL_ID_BYTES
+from node.service.kv import MAX_TRANSACTIONAL_ID_BYTES
+from node.state.commands import MAX_TXN_OPS
 
 _INTEGER = {"type": "integer"}
 

@@ -1,4 +1,4 @@
-"""Consistency audit endpoints (node/audit_service.py, node/audit_export.py).
+"""Consistency audit endpoints (node/service/audit.py, node/audit/export.py).
 
 - ``POST /v1/audit`` ``{"audit_id"?: str, "buckets"?: int}`` (an empty body is
   ``{}``): on the leader (307 to it otherwise), picks split points and proposes
@@ -26,9 +26,9 @@ from typing import Protocol
 from aiohttp import web
 
 from http_api.errors import json_response
-from node.audit_jobs import RUNNING, AuditStatus
-from node.audit_service import AuditStarted
 from node.errors import AuditExportFailed, InvalidRequest, Unavailable
+from node.service.audit import AuditStarted
+from node.service.types import RUNNING, AuditStatus
 
 _BODY = '{"audit_id"?: string, "buckets"?: integer}'
 

@@ -19,7 +19,7 @@ from http_api.encoding import (
 )
 from http_api.errors import json_response
 from http_api.kv_api import KvApi
-from node.kv_service import DEFAULT_SCAN_LIMIT
+from node.service.kv import DEFAULT_SCAN_LIMIT
 
 KEY_PATH = r"/v1/kv/{key:[\s\S]*}"
 """Any bytes, newlines too ("." would not match them), and none: an empty key is

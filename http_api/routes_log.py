@@ -1,6 +1,6 @@
 """GET /v1/log: this node's commit log from an offset, for pull replication.
 
-Body: records in their commit-log framing (node/log_feed.py documents it;
+Body: records in their commit-log framing (node/storage/log_feed.py documents it;
 every record carries its CRC-32), content type application/x-rkv-log.
 Headers: Rkv-Head-Offset, this node's last offset when the answer started.
 Parameters: from (default 1), to (inclusive, optional), limit (optional),
@@ -18,7 +18,7 @@ from aiohttp import web
 
 from http_api.encoding import int_param, raw_query, text_param
 from http_api.kv_api import KvApi
-from node.log_feed import LOG_CONTENT_TYPE
+from node.service.types import LOG_CONTENT_TYPE
 
 _CHUNK_BYTES = 256 * 1024
 

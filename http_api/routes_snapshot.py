@@ -1,6 +1,6 @@
 """GET /v1/snapshot: this node's whole state as a snapshot file.
 
-Body: the snapshot format of node/snapshot_file.py (header, one commit-log
+Body: the snapshot format of node/snapshot/file.py (header, one commit-log
 framed put per key, internal keys included, trailer with a SHA-256),
 content type application/octet-stream, with a Content-Length. Headers:
 Rkv-Snapshot-Index and Rkv-Snapshot-Offset, the applied raft index and offset
@@ -23,7 +23,8 @@ from aiohttp import web
 
 from http_api.kv_api import KvApi
 from node.errors import Overloaded
-from node.snapshot_file import CONTENT_TYPE, SnapshotHeader
+from node.service.types import SNAPSHOT_CONTENT_TYPE as CONTENT_TYPE
+from node.service.types import SnapshotHeader
 
 _CHUNK_BYTES = 1024 * 1024
 _QUEUE_WAIT_SECONDS = 10.0

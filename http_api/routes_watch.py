@@ -50,7 +50,7 @@ from aiohttp import web
 from http_api.encoding import encoding_param, int_param, raw_query
 from http_api.kv_api import KvApi
 from node.errors import NodeNotReady
-from node.record import Record, RecordOp
+from node.service.types import Record, RecordOp
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from http_api.kv_api import KvApi
 from http_api.routes_kv import KEY_PATH
 from http_api.txn_json import parse_txn, render_txn_result
 from node.errors import InvalidRequest, PayloadTooLarge
-from node.results import CommandResult
+from node.state.results import CommandResult
 
 
 def written(body: dict[str, Any], result: CommandResult) -> web.Response:

@@ -23,7 +23,14 @@ from typing import Any
 
 from http_api.encoding import MAX_VERSION, decode_bytes, encode_bytes
 from http_api.kv_api import KvApi
-from node.commands import (
+from node.errors import InvalidRequest, PayloadTooLarge
+from node.keyspace import (
+    CHECKPOINTS_PREFIX,
+    checkpoint_key,
+    checkpoint_name_problem,
+    is_checkpoint,
+)
+from node.state.commands import (
     INT64_MAX,
     INT64_MIN,
     MAX_TXN_OPS,
@@ -37,14 +44,7 @@ from node.commands import (
     TxnOp,
     TxnPut,
 )
-from node.errors import InvalidRequest, PayloadTooLarge
-from node.keyspace import (
-    CHECKPOINTS_PREFIX,
-    checkpoint_key,
-    checkpoint_name_problem,
-    is_checkpoint,
-)
-from node.results import CommandResult
+from node.state.results import CommandResult
 
 _COMPARE_FIELDS = {
     "version": CompareTarget.VERSION,

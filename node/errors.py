@@ -2,7 +2,7 @@
 
 Exceptions are for things that are wrong with the node or a request, never
 for business outcomes inside apply (a failed compare-and-set is a
-:class:`node.results.CommandResult` there; the service turns it into
+:class:`node.state.results.CommandResult` there; the service turns it into
 :class:`VersionConflict` for its caller)::
 
     RkvError

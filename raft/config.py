@@ -33,7 +33,7 @@ class RaftConfig:
     # commit index reaching followers) this bounds commit latency.
     tick_interval: float = 0.005
     leader_fallback_timeout: float = 4.0
-    # pysyncobj compacts its journal (writing a snapshot marker) after this many
+    # pysyncobj compacts its journal (writing a raft marker) after this many
     # entries, or this many seconds.
     compaction_min_entries: int = 5000
     compaction_min_seconds: int = 300

@@ -28,16 +28,17 @@ from typing import Any
 
 from pysyncobj import SyncObjConf
 
-from node.commands import Command
 from node.errors import NotApplied
-from node.recovery import NodeStorage
-from node.results import CommandResult, ResultCode
+from node.state.commands import Command
+from node.state.machine import StateMachine
+from node.state.results import CommandResult, ResultCode
+from node.storage.recovery import NodeStorage
 from raft.ack_syncer import AckSyncer
 from raft.config import Member, RaftConfig
+from raft.marker import CatchUp, RaftMarkers
 from raft.membership import Membership
 from raft.outcomes import outcome
 from raft.proposer import GroupCommitProposer
-from raft.snapshot_marker import SnapshotMarkers
 from raft.syncobj_node import RkvSyncObj
 
 logger = logging.getLogger(__name__)
@@ -56,9 +57,16 @@ _STALLED_RESULT = (
 
 
 class RaftConsensus:
-    def __init__(self, config: RaftConfig, storage: NodeStorage) -> None:
+    def __init__(
+        self,
+        config: RaftConfig,
+        storage: NodeStorage,
+        machine: StateMachine,
+        catch_up: CatchUp,
+    ) -> None:
         self._config = config
         self._storage = storage
+        self._machine = machine
         self._holding_elections = False
         self._stalled: str | None = None
         self._storage_error: str | None = None
@@ -79,9 +87,10 @@ class RaftConsensus:
         self._membership = Membership(
             config, storage, lambda: self._syncobj, self.leader_http_url, self.propose
         )
-        self._markers = SnapshotMarkers(
+        self._markers = RaftMarkers(
             storage,
             config.self_member.node_id,
+            catch_up,
             self.catch_up_sources,
             self._stall,
             self._caught_up,
@@ -173,7 +182,7 @@ class RaftConsensus:
         if self._stalled is not None:
             return _STALLED_RESULT
         try:
-            results = self._storage.state_machine.apply(raft_index, entry)
+            results = self._machine.apply(raft_index, entry)
         except Exception as exc:
             # pysyncobj will retry this entry on its next tick; until one succeeds
             # the node reports itself not ready.
@@ -372,7 +381,7 @@ class RaftConsensus:
         return self._membership.member_url(node_id)
 
     def catch_up_sources(self, author: str) -> list[str]:
-        """Where a node behind a snapshot marker may fetch the state: the marker's
+        """Where a node behind a raft marker may fetch the state: the marker's
         author, the leader, then every other member (a marker is forwarded as it
         is, so its author may be this very node, wiped since it wrote it)."""
         me = self._config.self_member.node_id

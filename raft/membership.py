@@ -17,11 +17,11 @@ from typing import Any
 
 from pysyncobj.config import FAIL_REASON
 
-from node.commands import Command, RemoveMember, SetMember
 from node.errors import Conflict, KeyNotFound, NotApplied, NotLeader, RequestError, UnknownOutcome
 from node.keyspace import MEMBERS_PREFIX
-from node.recovery import NodeStorage
-from node.results import CommandResult
+from node.state.commands import Command, RemoveMember, SetMember
+from node.state.results import CommandResult
+from node.storage.recovery import NodeStorage
 from raft.config import Member, RaftConfig
 from raft.outcomes import outcome
 from raft.syncobj_node import RkvSyncObj

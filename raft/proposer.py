@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node.commands import Barrier, Batch, Command, encode_entry
 from node.errors import (
     InvalidRequest,
     NodeNotReady,
@@ -38,7 +37,8 @@ from node.errors import (
     RequestError,
     UnknownOutcome,
 )
-from node.results import CommandResult, ResultCode
+from node.state.commands import Barrier, Batch, Command, encode_entry
+from node.state.results import CommandResult, ResultCode
 
 logger = logging.getLogger(__name__)
 

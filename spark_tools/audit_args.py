@@ -1,6 +1,6 @@
 """The audit's command-line options, shared by `rkv audit run` and spark_tools/audit_main.py.
 
-Light on purpose: node/cli.py builds these options on every `rkv` invocation,
+Light on purpose: node/cli/main.py builds these options on every `rkv` invocation,
 so nothing here imports the audit itself (pyarrow, pyspark).
 """
 

@@ -3,13 +3,13 @@
 For audit id A on replica N the node writes a directory ``<root>/<A>/<N>/``:
 
 - ``bucket-00000.rkvsnap`` ...: the state in the snapshot file format
-  (node/snapshot_format.py), one file per key-range bucket;
+  (node/snapshot/format.py), one file per key-range bucket;
 - ``log.rkvlog``: the replica's commit-log records up to the cut, in the framing
-  ``GET /v1/log`` streams (node/log_feed.py);
+  ``GET /v1/log`` streams (node/storage/log_feed.py);
 - ``manifest.json``: written last, so an export without it is incomplete
   (``error.json`` says why when the node's export failed).
 
-The contract is node/audit_export.py's docstring.
+The contract is node/audit/export.py's docstring.
 
 Bucket ``i`` holds the keys ``k`` with ``split[i-1] <= k < split[i]`` in LMDB
 order (byte order for keys up to 511 bytes).

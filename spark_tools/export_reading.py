@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 from node.errors import ReplicationError, SnapshotFormatError
 from node.keyspace import MAX_KEY_BYTES
-from node.lmdb_store import lmdb_key
-from node.log_feed import RecordDecoder
-from node.record import RecordOp, max_record_bytes
-from node.snapshot_format import READ_BUFFER, SnapshotHeader, SnapshotReader
+from node.snapshot.format import READ_BUFFER, SnapshotHeader, SnapshotReader
+from node.storage.key_order import lmdb_key
+from node.storage.log_feed import RecordDecoder
+from node.storage.record import RecordOp, max_record_bytes
 
 _KEY_LENGTH = struct.Struct(">I")
 _VERSION = struct.Struct(">Q")

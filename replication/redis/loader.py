@@ -22,9 +22,9 @@ from typing import Any
 
 from replication.redis.batch import BatchView, RkvStore
 from replication.redis.checkpoint import Checkpoint
-from replication.redis.commands import ReplicationStop
+from replication.redis.commands.dispatch import ReplicationStop
 from replication.redis.layout import Layout, generation_root
-from replication.redis.master_link import SyncResult
+from replication.redis.link.master_link import SyncResult
 from replication.redis.objects import StreamValue, write_value
 from replication.redis.rdb import KeyValue, Stream, parse_rdb
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from replication.redis.batch import BatchView
-from replication.redis.commands_common import load_dbs, namespace_of
+from replication.redis.commands.common import load_dbs, namespace_of
 from replication.redis.layout import Layout, Meta
 
 _NO_KEYS = frozenset(

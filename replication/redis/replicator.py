@@ -27,16 +27,16 @@ from pathlib import Path
 from http_api.client import RkvClient
 from replication.redis.batch import BatchView, RkvStore
 from replication.redis.checkpoint import Checkpoint, checkpoint_name
-from replication.redis.commands import CommandContext, ReplicationStop, apply_command
+from replication.redis.commands.dispatch import CommandContext, ReplicationStop, apply_command
 from replication.redis.layout import Layout
-from replication.redis.loader import load_snapshot
-from replication.redis.master_link import (
+from replication.redis.link.master_link import (
     MasterAddress,
     MasterLink,
     RedisLinkError,
     ReplicatedCommand,
     SyncResult,
 )
+from replication.redis.loader import load_snapshot
 from replication.redis.prefetch import prefetch
 from replication.redis.sweeper import sweep
 

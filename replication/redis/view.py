@@ -1,6 +1,6 @@
 """The key-value view Redis commands are applied through.
 
-Commands (replication/redis/commands.py) read and write rkv keys through a
+Commands (replication/redis/commands/dispatch.py) read and write rkv keys through a
 :class:`View`; they never talk to rkv themselves. The replicator's view
 (replication/redis/batch.py) collects the writes of several commands into one
 rkv transaction and answers reads from those pending writes first, then from

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.campaign import assert_passed, run_campaign
-from tests.chaos.netfault import ProxiedCluster
-from tests.chaos.workload import WorkloadConfig
+from tests.chaos.rig.campaign import assert_passed, run_campaign
+from tests.chaos.rig.netfault import ProxiedCluster
+from tests.chaos.rig.workload import WorkloadConfig
 
 CAMPAIGNS = [
     pytest.param(["kill", "pause", "compact", "wipe"], 11, id="kill-pause-compact-wipe"),

@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from tests.chaos.checker import (
+from tests.chaos.rig.checker import (
     check_history,
     check_key,
     check_lost_writes,
     check_stale_reads,
 )
-from tests.chaos.history import Kind, Op
+from tests.chaos.rig.history import Kind, Op
 
 KINDS: list[Kind] = ["read", "write", "cas"]
 

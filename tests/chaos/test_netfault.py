@@ -1,4 +1,4 @@
-"""Network faults on the raft links (tests/chaos/netfault.py), with real node processes.
+"""Network faults on the raft links (tests/chaos/rig/netfault.py), with real node processes.
 
 - the proxy itself: forwarding, one-way blackholes, resets, delays and heals really
   withhold or cut traffic (against plain echo servers);
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from pysyncobj.encryptor import getEncryptor
 
-from tests.chaos.cluster_checks import State, converged, put, put_ok, stale_state
-from tests.chaos.netfault import (
+from tests.chaos.rig.cluster_checks import State, converged, put, put_ok, stale_state
+from tests.chaos.rig.netfault import (
     MarkerRewriter,
     ProxiedCluster,
     RaftNetwork,
@@ -50,7 +50,7 @@ def cluster(tmp_path: Path) -> Iterator[ProxiedCluster]:
 @pytest.fixture
 def compacting_cluster(tmp_path: Path) -> Iterator[ProxiedCluster]:
     """Journals compacted every 20 entries: a follower that misses more gets the
-    leader's snapshot marker (install snapshot) when it comes back."""
+    leader's raft marker (install snapshot) when it comes back."""
     running = ProxiedCluster(tmp_path / "cluster", extra_args=["--raft-compaction-entries", "20"])
     try:
         running.start()
@@ -328,7 +328,7 @@ def test_partitioned_follower_catches_up_and_delayed_links_work(
     compacting_cluster: ProxiedCluster,
 ) -> None:
     """A follower cut off (reset) while the leader compacts its journal comes back
-    through the leader's snapshot marker, whose member list the proxy gives the
+    through the leader's raft marker, whose member list the proxy gives the
     follower's own view; then a leader with every link delayed still commits."""
     cluster = compacting_cluster
     net, prefix = cluster.net, "part/"
@@ -358,7 +358,7 @@ def test_partitioned_follower_catches_up_and_delayed_links_work(
             if n is not follower
         )
         >= 1
-    ), "the follower did not install a snapshot marker"
+    ), "the follower did not install a raft marker"
     assert cluster.view_problems() == []
 
     # Delay every link from and to the leader: a commit needs leader -> follower and

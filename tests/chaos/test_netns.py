@@ -1,4 +1,4 @@
-"""Partitions with real packets (tests/chaos/netns.py): each node in its own network
+"""Partitions with real packets (tests/chaos/rig/netns.py): each node in its own network
 namespace, links cut by iptables rules inside the namespaces. Real node processes.
 
 - an isolated leader: the majority elects a new leader that takes writes, the isolated
@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from tests.chaos import netns
-from tests.chaos.campaign import assert_passed, run_campaign
-from tests.chaos.cluster_checks import State, converged, put, put_ok, stale_state
-from tests.chaos.netns import (
+from tests.chaos.rig import netns
+from tests.chaos.rig.campaign import assert_passed, run_campaign
+from tests.chaos.rig.cluster_checks import State, converged, put, put_ok, stale_state
+from tests.chaos.rig.netns import (
     PREFIX,
     NamespacedCluster,
     NamespacedNode,
@@ -39,7 +39,7 @@ from tests.chaos.netns import (
     namespaces,
     run,
 )
-from tests.chaos.workload import WorkloadConfig
+from tests.chaos.rig.workload import WorkloadConfig
 from tests.support.cluster import NodeProcess, Response, wait_until
 
 

@@ -1,7 +1,7 @@
 """A member that never applies the audit entry is reported at once, not waited for.
 
 A follower away while the leader compacts its journal past the audit entry catches up
-from a snapshot marker (a log range or a whole state), so the entry is never applied on
+from a raft marker (a log range or a whole state), so the entry is never applied on
 it and it writes no export. `rkv audit` must not wait out its timeout for that member:
 the member's applied raft index is past the cut and it has no export, so it is failed
 with that reason, and the audit of the others is INCONCLUSIVE (a replica is missing).
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node.cli_audit_snapshot import wait_for_exports
+from node.cli.audit_cut import wait_for_exports
 from spark_tools.audit_run import run_audit
 from tests.support.cluster import LocalCluster, NodeProcess, http, wait_until
 
@@ -62,7 +62,7 @@ def test_a_member_that_skipped_the_cut_is_failed_at_once(
     cut = int(started.json()["raft_index"])
     for i in range(WRITES_WHILE_AWAY):  # one raft entry each: the journal is compacted
         assert http("PUT", f"{leader.url}/v1/kv/after{i}", body=b"v").status == 200
-    assert "snapshot marker written" in leader.log_path.read_text(errors="replace")
+    assert "raft marker written" in leader.log_path.read_text(errors="replace")
     cluster.resume(away_index)
     wait_until(lambda: applied_index(away) > cut, 60, "the follower to catch up past the cut")
 

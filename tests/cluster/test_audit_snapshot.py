@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from node.log_feed import RecordDecoder
-from node.record import Record, RecordOp
-from node.snapshot_file import SnapshotReader, verify_snapshot
+from node.snapshot.file import SnapshotReader, verify_snapshot
+from node.storage.log_feed import RecordDecoder
+from node.storage.record import Record, RecordOp
 from tests.support.cluster import REPO, LocalCluster, NodeProcess, http, wait_until
 
 PRELOAD_KEYS = 40_000
@@ -243,7 +243,7 @@ def test_the_cli_takes_a_cut_and_waits_for_every_node(cluster: LocalCluster) -> 
     assert usage.returncode == 2
     unreachable = run_cli("audit", "snapshot", "--url", "http://127.0.0.1:9", "--timeout", "2")
     assert unreachable.returncode == 3
-    # No action: the whole audit (node/cli_audit_all.py, tests/spark/test_audit_end_to_end.py).
+    # No action: the whole audit (node/cli/audit_all.py, tests/spark/test_audit_end_to_end.py).
     no_action = run_cli("audit", "--url", "http://127.0.0.1:9", "--timeout", "2")
     assert no_action.returncode == 4 and "unreachable" in no_action.stderr
     assert run_cli("audit", "--buckets", "0").returncode == 2

@@ -1,6 +1,6 @@
 """A follower whose data directory is wiped rebuilds itself from the leader while the
 cluster keeps taking writes: restarted under its old id it gets the leader's snapshot
-marker, pulls the whole commit log (raft/catch_up.py) and continues from raft."""
+marker, pulls the whole commit log (replication/pull/catch_up.py) and continues from raft."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from node.cluster_runner import RAFT_PORT_OFFSET
+from node.cli.local_cluster import RAFT_PORT_OFFSET
 from tests.support.cluster import http
 
 RKV = Path(sys.executable).with_name("rkv")

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from node.cli_snapshot import restore_snapshot_command, save_snapshot
-from node.snapshot_file import verify_snapshot
+from node.cli.snapshot import restore_snapshot_command, save_snapshot
+from node.snapshot.file import verify_snapshot
 from tests.support.cluster import (
     REPO,
     LocalCluster,

@@ -1,7 +1,7 @@
 """A follower behind the leader's compacted journal must stall, never skip entries.
 
 pysyncobj compacts its journal into a snapshot ("full dump"); rkv writes a small marker
-instead (raft/snapshot_marker.py). A follower that was away while the leader compacted
+instead (raft/marker.py). A follower that was away while the leader compacted
 gets the leader's marker, and pysyncobj then believes the follower has everything up to
 the marker's index. Loading it would silently skip the entries in between, so rkv stalls
 that node instead: it applies nothing, serves no reads and reports itself not ready.
@@ -111,7 +111,7 @@ def test_follower_behind_compacted_journal_never_skips_entries(tmp_path: Path, p
         for i in range(10, 10 + WRITES_WHILE_AWAY):
             write(i)
         leader_log = leader.log_path.read_text(errors="replace")
-        assert "snapshot marker written" in leader_log, "the leader never compacted its journal"
+        assert "raft marker written" in leader_log, "the leader never compacted its journal"
         # Everything the leader committed: a node whose raft layer has applied this far
         # claims to hold every key written above.
         target_index = (leader.status() or {})["commit_index"]

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from node.keyspace import RESERVED_PREFIX
-from node.record import Record, RecordOp
-from node.recovery import open_storage
-from node.storage_config import StorageConfig
+from node.storage.config import StorageConfig
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import open_storage
 from tests.support.cluster import LocalCluster, NodeProcess, http, wait_until
 
 KEEPALIVE = 0.5

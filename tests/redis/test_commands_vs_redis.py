@@ -2,7 +2,7 @@
 
 A seeded random workload of the supported commands (and some that fail:
 wrong types, bad ids) runs against a real master. A replica link
-(replication/redis/master_link.py) reads what the master really propagates (SET
+(replication/redis/link/master_link.py) reads what the master really propagates (SET
 EX as SET PXAT, SPOP as SREM, INCRBYFLOAT as SET KEEPTTL, scripts as MULTI/EXEC
 blocks, XADD * with its id and ``~`` trimming rewritten to ``=``...), and
 apply_command applies it to a MemoryView; a second test applies the commands
@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from replication.redis.commands import CommandContext, apply_command
-from replication.redis.commands_common import load_dbs, namespace_of
+from replication.redis.commands.common import load_dbs, namespace_of
+from replication.redis.commands.dispatch import CommandContext, apply_command
 from replication.redis.layout import Layout, Meta
-from replication.redis.master_link import MasterAddress, MasterLink
+from replication.redis.link.master_link import MasterAddress, MasterLink
 from replication.redis.objects import read_meta_value
 from replication.redis.view import MemoryView
 from tests.redis.conftest import RedisServer, run_redis_server

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from replication.redis.master_link import (
+from replication.redis.link.master_link import (
     LinkClosed,
     MasterAddress,
     MasterLink,
@@ -22,8 +22,8 @@ from replication.redis.master_link import (
     ReplicatedCommand,
     SyncResult,
 )
-from replication.redis.resp import command_size, encode_command
-from replication.redis.spool import Spool, SpoolFull
+from replication.redis.link.resp import command_size, encode_command
+from replication.redis.link.spool import Spool, SpoolFull
 from tests.redis.link_support import (
     RedisMaster,
     check_rdb,

@@ -1,8 +1,8 @@
 """Builds audit exports (the node's `audit snapshot` output) from Python values.
 
-The bytes are node's own: bucket files through node.snapshot_export.write_snapshot
+The bytes are node's own: bucket files through node.snapshot.export.write_snapshot
 (fed by a dict-backed stand-in for an LMDB read view), log records through
-node.record.encode_record. The manifest's digests are computed here,
+node.storage.record.encode_record. The manifest's digests are computed here,
 independently of spark_tools, from the format's definition.
 
     state = {b"k1": (3, b"v")}                       # key -> (version, value)
@@ -20,9 +20,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from node.lmdb_store import ReadView, StoredValue, lmdb_key
-from node.record import Record, RecordOp, encode_record
-from node.snapshot_export import write_snapshot
+from node.snapshot.export import write_snapshot
+from node.storage.key_order import lmdb_key
+from node.storage.lmdb_store import ReadView, StoredValue
+from node.storage.record import Record, RecordOp, encode_record
 
 State = dict[bytes, tuple[int, bytes]]
 """key -> (version, value); the create version is taken equal to the version

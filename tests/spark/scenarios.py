@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.record import Record
+from node.storage.record import Record
 from tests.spark.exports import (
     State,
     even_splits,

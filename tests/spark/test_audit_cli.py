@@ -1,4 +1,4 @@
-"""The audit's entry points: `rkv audit run`'s options and runner (node/cli_audit.py),
+"""The audit's entry points: `rkv audit run`'s options and runner (node/cli/audit_run.py),
 spark_tools/audit_main.py (as spark-submit runs it: a plain script), usage errors."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from node.cli_audit import add_audit_run_arguments, run_audit_command
+from node.cli.audit_run import add_audit_run_arguments, run_audit_command
 from spark_tools import audit_main
 from tests.spark import scenarios
 from tests.spark.audit_support import audit
@@ -161,7 +161,7 @@ def test_a_digest_that_is_not_the_files_is_inconclusive(tmp_path: Path) -> None:
 def test_rkv_audit_run_is_wired_into_rkv(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from node.cli import main  # noqa: PLC0415
+    from node.cli.main import main  # noqa: PLC0415
 
     with pytest.raises(SystemExit) as exit_info:
         main(["audit", "run", "--help"])

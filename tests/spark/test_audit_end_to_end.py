@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from node.lmdb_store import LmdbStore, StoredValue
-from node.recovery import STATE_DIR
-from node.storage_config import StorageConfig
+from node.storage.config import StorageConfig
+from node.storage.datadir import STATE_DIR
+from node.storage.lmdb_store import LmdbStore, StoredValue
 from tests.support.cluster import REPO, LocalCluster, http, wait_until
 
 KEYS = 2000
@@ -153,7 +153,7 @@ def test_rkv_audit_passes_then_names_a_flipped_value(
 def test_rkv_audit_with_the_spark_engine_agrees_with_python(
     cluster: LocalCluster, spark: Any, tmp_path: Path
 ) -> None:
-    from node.cli import main  # noqa: PLC0415
+    from node.cli.main import main  # noqa: PLC0415
     from spark_tools.audit_run import run_audit  # noqa: PLC0415
 
     out = tmp_path / "spark"

@@ -1,6 +1,6 @@
-"""The audit on exports written by the node itself (node/audit_jobs.py): three
+"""The audit on exports written by the node itself (node/audit/jobs.py): three
 storages (LMDB and commit log) apply the same entries, one of them an
-AuditSnapshot, and each exports at that cut; then the audit compares them.
+AuditCut, and each exports at that cut; then the audit compares them.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from node.audit_jobs import DONE, RUNNING, AuditExporter
-from node.commands import AuditSnapshot, Batch, Command, Delete, Put, encode_entry
-from node.recovery import NodeStorage, open_storage
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.audit.jobs import DONE, RUNNING, AuditExporter
+from node.state.commands import AuditCut, Batch, Command, Delete, Put, encode_entry
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.recovery import NodeStorage, open_storage
 from tests.spark.audit_support import audit, audit_checked
+from tests.support.state import machine_of
 
 REPLICAS = ("n1", "n2", "n3")
 LONG_PREFIX = b"L" * 600
@@ -28,11 +29,11 @@ class Node:
         )
         self.storage: NodeStorage = open_storage(root / "data" / name, config)
         self.exporter = AuditExporter(root / "audits", name, self.storage.commit_log)
-        self.storage.state_machine.audit_hook = self.exporter.hook
+        machine_of(self.storage).audit_hook = self.exporter.hook
 
     def apply(self, *commands: Command) -> None:
         index = self.storage.store.applied_index + 1
-        self.storage.state_machine.apply(index, encode_entry(Batch(commands, 1_000 + index)))
+        machine_of(self.storage).apply(index, encode_entry(Batch(commands, 1_000 + index)))
 
     def wait(self, audit_id: str) -> None:
         deadline = time.monotonic() + 20
@@ -67,7 +68,7 @@ def fill(nodes: list[Node]) -> None:
 
 def cut(nodes: list[Node], audit_id: str, splits: tuple[bytes, ...]) -> None:
     for node in nodes:
-        node.apply(AuditSnapshot(audit_id, splits))
+        node.apply(AuditCut(audit_id, splits))
     for node in nodes:
         node.wait(audit_id)
 

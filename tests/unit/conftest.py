@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from node.recovery import NodeStorage, open_storage
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.recovery import NodeStorage, open_storage
 
 
 @pytest.fixture

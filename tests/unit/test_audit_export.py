@@ -1,4 +1,4 @@
-"""The consistency audit's cut and export (node/audit_export.py, node/audit_jobs.py):
+"""The consistency audit's cut and export (node/audit/export.py, node/audit/jobs.py):
 the command's codec, the files and manifest written from the cut (digests, split
 points and the log's replay recomputed here, independently of the writer), and
 that writes go on while an export runs.
@@ -22,10 +22,9 @@ from typing import Any
 import msgpack
 import pytest
 
-import node.audit_export as audit_export
-import node.audit_jobs as audit_jobs
-from node import lmdb_store
-from node.audit_export import (
+import node.audit.export as audit_export
+import node.audit.jobs as audit_jobs
+from node.audit.export import (
     ERROR_NAME,
     LOG_NAME,
     MANIFEST_NAME,
@@ -33,13 +32,17 @@ from node.audit_export import (
     choose_split_points,
     export_directory,
 )
-from node.audit_jobs import DONE, FAILED, RUNNING, AuditExporter, AuditStatus
-from node.commands import (
+from node.audit.jobs import DONE, FAILED, RUNNING, AuditExporter, AuditStatus
+from node.cli.settings import add_node_arguments, node_config
+from node.errors import EntryDecodeError, KeyNotFound
+from node.keyspace import RESERVED_PREFIX
+from node.snapshot.file import SnapshotReader, verify_snapshot, write_snapshot
+from node.state.commands import (
     FORMAT_VERSION,
     MAX_AUDIT_BUCKETS,
     MAX_SPLIT_POINT_BYTES,
-    TAG_AUDIT_SNAPSHOT,
-    AuditSnapshot,
+    TAG_AUDIT_CUT,
+    AuditCut,
     Barrier,
     Batch,
     Command,
@@ -48,16 +51,14 @@ from node.commands import (
     decode_entry,
     encode_entry,
 )
-from node.errors import EntryDecodeError, KeyNotFound
-from node.keyspace import RESERVED_PREFIX
-from node.lmdb_store import DetachedView
-from node.log_feed import RecordDecoder, encoded_records
-from node.record import Record, RecordOp
-from node.recovery import NodeStorage, open_storage
-from node.results import ResultCode
-from node.settings import add_node_arguments, node_config
-from node.snapshot_file import SnapshotReader, verify_snapshot, write_snapshot
-from node.storage_config import StorageConfig
+from node.state.results import ResultCode
+from node.storage import key_order
+from node.storage.config import StorageConfig
+from node.storage.lmdb_store import DetachedView
+from node.storage.log_feed import RecordDecoder, encoded_records
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import NodeStorage, open_storage
+from tests.support.state import machine_of
 
 INTERNAL_KEY = RESERVED_PREFIX + b"checkpoints/test"
 LONG_PREFIX = b"L" * 600  # long keys sharing more than 495 bytes: LMDB orders them by digest
@@ -72,8 +73,8 @@ def test_audit_snapshot_round_trips_among_other_commands() -> None:
     splits = (b"\x00rkv/z", b"a", b"m" * MAX_SPLIT_POINT_BYTES, b"\xff")
     commands: tuple[Command, ...] = (
         Put(b"k", b"v"),
-        AuditSnapshot("audit-1.x_Y", splits),
-        AuditSnapshot("a", ()),
+        AuditCut("audit-1.x_Y", splits),
+        AuditCut("a", ()),
         Barrier(),
     )
     batch = Batch(commands, 42)
@@ -81,35 +82,33 @@ def test_audit_snapshot_round_trips_among_other_commands() -> None:
     assert decoded == batch
     assert [type(c) for c in decoded.commands] == [type(c) for c in commands]
     audit = decoded.commands[1]
-    assert isinstance(audit, AuditSnapshot) and audit.split_points == splits
+    assert isinstance(audit, AuditCut) and audit.split_points == splits
 
 
 def test_the_wire_form_is_documented_tag_12() -> None:
-    raw = msgpack.unpackb(
-        encode_entry(Batch((AuditSnapshot("x", (b"a", b"b")),), 1))[1:], raw=False
-    )
-    assert TAG_AUDIT_SNAPSHOT == 12
+    raw = msgpack.unpackb(encode_entry(Batch((AuditCut("x", (b"a", b"b")),), 1))[1:], raw=False)
+    assert TAG_AUDIT_CUT == 12
     assert raw == [1, [[12, "x", [b"a", b"b"]]]]
 
 
 BAD_AUDITS = [
-    AuditSnapshot("", ()),
-    AuditSnapshot(".", ()),
-    AuditSnapshot("..", ()),
-    AuditSnapshot("a/b", ()),
-    AuditSnapshot("x" * 65, ()),
-    AuditSnapshot("sp ace", ()),
-    AuditSnapshot("ok", (b"b", b"a")),  # not ascending
-    AuditSnapshot("ok", (b"a", b"a")),  # not strictly
-    AuditSnapshot("ok", (b"",)),
-    AuditSnapshot("ok", (b"x" * (MAX_SPLIT_POINT_BYTES + 1),)),
-    AuditSnapshot("ok", tuple(b"%05d" % i for i in range(MAX_AUDIT_BUCKETS))),
-    AuditSnapshot("ok", ("text",)),  # type: ignore[arg-type]
+    AuditCut("", ()),
+    AuditCut(".", ()),
+    AuditCut("..", ()),
+    AuditCut("a/b", ()),
+    AuditCut("x" * 65, ()),
+    AuditCut("sp ace", ()),
+    AuditCut("ok", (b"b", b"a")),  # not ascending
+    AuditCut("ok", (b"a", b"a")),  # not strictly
+    AuditCut("ok", (b"",)),
+    AuditCut("ok", (b"x" * (MAX_SPLIT_POINT_BYTES + 1),)),
+    AuditCut("ok", tuple(b"%05d" % i for i in range(MAX_AUDIT_BUCKETS))),
+    AuditCut("ok", ("text",)),  # type: ignore[arg-type]
 ]
 
 
 @pytest.mark.parametrize("command", BAD_AUDITS)
-def test_a_malformed_audit_is_not_encoded(command: AuditSnapshot) -> None:
+def test_a_malformed_audit_is_not_encoded(command: AuditCut) -> None:
     with pytest.raises(ValueError, match="audit snapshot"):
         encode_entry(Batch((command,)))
 
@@ -122,14 +121,14 @@ def entry_of(*raw_commands: Any) -> bytes:
 @pytest.mark.parametrize(
     "raw",
     [
-        [TAG_AUDIT_SNAPSHOT, "ok"],  # a field missing
-        [TAG_AUDIT_SNAPSHOT, "ok", [], 1],  # one too many
-        [TAG_AUDIT_SNAPSHOT, 5, []],
-        [TAG_AUDIT_SNAPSHOT, "..", []],
-        [TAG_AUDIT_SNAPSHOT, "ok", b"ab"],
-        [TAG_AUDIT_SNAPSHOT, "ok", ["text"]],
-        [TAG_AUDIT_SNAPSHOT, "ok", [b"b", b"a"]],
-        [TAG_AUDIT_SNAPSHOT, "ok", [b"x" * (MAX_SPLIT_POINT_BYTES + 1)]],
+        [TAG_AUDIT_CUT, "ok"],  # a field missing
+        [TAG_AUDIT_CUT, "ok", [], 1],  # one too many
+        [TAG_AUDIT_CUT, 5, []],
+        [TAG_AUDIT_CUT, "..", []],
+        [TAG_AUDIT_CUT, "ok", b"ab"],
+        [TAG_AUDIT_CUT, "ok", ["text"]],
+        [TAG_AUDIT_CUT, "ok", [b"b", b"a"]],
+        [TAG_AUDIT_CUT, "ok", [b"x" * (MAX_SPLIT_POINT_BYTES + 1)]],
     ],
 )
 def test_a_malformed_audit_is_refused_when_decoding(raw: list[Any]) -> None:
@@ -138,7 +137,7 @@ def test_a_malformed_audit_is_refused_when_decoding(raw: list[Any]) -> None:
 
 
 def test_split_points_fit_lmdbs_long_key_prefix() -> None:
-    assert MAX_SPLIT_POINT_BYTES == lmdb_store._LONG_KEY_PREFIX
+    assert MAX_SPLIT_POINT_BYTES == key_order.LONG_KEY_PREFIX
 
 
 # -- a store to export ---------------------------------------------------------------
@@ -147,7 +146,7 @@ def test_split_points_fit_lmdbs_long_key_prefix() -> None:
 def apply(storage: NodeStorage, *commands: Command) -> int:
     """Apply one entry; its raft index."""
     index = storage.store.applied_index + 1
-    results = storage.state_machine.apply(index, encode_entry(Batch(commands, 1_000 + index)))
+    results = machine_of(storage).apply(index, encode_entry(Batch(commands, 1_000 + index)))
     assert all(r.code is ResultCode.OK for r in results), results
     return index
 
@@ -182,7 +181,7 @@ def state_of(storage: NodeStorage) -> tuple[tuple[int, int], State]:
 @pytest.fixture
 def exporter(tmp_path: Path, storage: NodeStorage) -> Iterator[AuditExporter]:
     exporter = AuditExporter(tmp_path / "audits", "n1", storage.commit_log)
-    storage.state_machine.audit_hook = exporter.hook
+    machine_of(storage).audit_hook = exporter.hook
     yield exporter
     exporter.close()
 
@@ -242,7 +241,7 @@ def test_an_export_is_the_state_at_the_cut(
     splits.append(LONG_PREFIX[:MAX_SPLIT_POINT_BYTES])  # cuts right before the long keys
     splits.sort()
     # The audit shares its entry with a put: the cut is after the whole entry.
-    index = apply(storage, Put(b"same-entry", b"in"), AuditSnapshot("a1", tuple(splits)))
+    index = apply(storage, Put(b"same-entry", b"in"), AuditCut("a1", tuple(splits)))
     (cut_index, cut_offset), expected = state_of(storage)
     assert cut_index == index and b"same-entry" in expected and INTERNAL_KEY in expected
     status = wait_status(exporter, "a1")
@@ -302,7 +301,7 @@ def test_an_empty_store_exports_one_empty_bucket(
 ) -> None:
     with storage.store.reader() as view:
         assert choose_split_points(view, 16) == []
-    apply(storage, AuditSnapshot("empty", ()))
+    apply(storage, AuditCut("empty", ()))
     status = wait_status(exporter, "empty")
     assert status.manifest is not None
     assert status.manifest["buckets"] == 1 and status.manifest["bucket_counts"] == [0]
@@ -317,7 +316,7 @@ def test_buckets_with_no_key_are_still_written(
     storage: NodeStorage, exporter: AuditExporter
 ) -> None:
     apply(storage, Put(b"m", b"1"))
-    apply(storage, AuditSnapshot("sparse", (b"a", b"b", b"x", b"y")))
+    apply(storage, AuditCut("sparse", (b"a", b"b", b"x", b"y")))
     status = wait_status(exporter, "sparse")
     assert status.manifest is not None
     assert status.manifest["bucket_counts"] == [0, 0, 1, 0, 0]
@@ -395,7 +394,7 @@ def test_writes_go_on_while_an_export_runs_and_stay_out_of_it(
 ) -> None:
     reached, go = paused
     fill(storage)
-    apply(storage, AuditSnapshot("busy", (b"k0100",)))
+    apply(storage, AuditCut("busy", (b"k0100",)))
     (_, cut_offset), expected = state_of(storage)
     assert reached.wait(10)
     assert exporter.status("busy") == AuditStatus(
@@ -428,12 +427,12 @@ def test_a_map_resize_interrupts_an_export_instead_of_waiting(
 ) -> None:
     storage = open_storage(tmp_path / "node", small_config)  # a 1 MiB map
     exporter = AuditExporter(tmp_path / "audits", "n1", storage.commit_log)
-    storage.state_machine.audit_hook = exporter.hook
+    machine_of(storage).audit_hook = exporter.hook
     try:
         reached, go = paused
         apply(storage, *(Put(b"k%04d" % i, b"v" * 200) for i in range(200)))
         size_at_cut = storage.store.map_size
-        apply(storage, AuditSnapshot("resized", ()))
+        apply(storage, AuditCut("resized", ()))
         assert reached.wait(10)
 
         def fill_the_map() -> None:
@@ -462,7 +461,7 @@ def test_a_compaction_overlapping_the_cut_fails_the_export(
     fill(storage)
     log = storage.commit_log
     assert log.rewriting.acquire()  # a compaction is running at the cut
-    apply(storage, AuditSnapshot("overlap", ()))
+    apply(storage, AuditCut("overlap", ()))
     time.sleep(0.1)
     log.rewrites += 1  # ... and swaps segments after it
     log.rewriting.release()
@@ -477,7 +476,7 @@ def test_a_range_read_holding_the_log_at_the_cut_is_waited_for(
     fill(storage)
     log = storage.commit_log
     assert log.rewriting.acquire()  # a complete-range pull, which rewrites nothing
-    apply(storage, AuditSnapshot("waited", ()))
+    apply(storage, AuditCut("waited", ()))
     time.sleep(0.2)
     assert exporter.status("waited") is not None
     assert exporter.status("waited").state == RUNNING  # type: ignore[union-attr]
@@ -494,7 +493,7 @@ def test_status_and_files_of_exports(storage: NodeStorage, exporter: AuditExport
     with pytest.raises(KeyNotFound) as missing:
         exporter.finished_file("nothing", MANIFEST_NAME)
     assert missing.value.code == "audit_not_found"
-    apply(storage, AuditSnapshot("s1", ()))
+    apply(storage, AuditCut("s1", ()))
     wait_status(exporter, "s1")
     directory = export_directory(exporter.audit_dir, "s1", "n1")
     for name in (bucket_name(0), LOG_NAME, MANIFEST_NAME):
@@ -518,10 +517,10 @@ def test_the_same_audit_id_again_keeps_the_first_export(
     storage: NodeStorage, exporter: AuditExporter
 ) -> None:
     apply(storage, Put(b"a", b"1"))
-    apply(storage, AuditSnapshot("twice", ()))
+    apply(storage, AuditCut("twice", ()))
     first = wait_status(exporter, "twice").manifest
     apply(storage, Put(b"b", b"2"))
-    apply(storage, AuditSnapshot("twice", ()))
+    apply(storage, AuditCut("twice", ()))
     time.sleep(0.2)
     assert wait_status(exporter, "twice").manifest == first
     assert not storage.commit_log.rewriting.locked()
@@ -531,9 +530,7 @@ def test_without_a_hook_an_audit_is_a_no_op(storage: NodeStorage) -> None:
     apply(storage, Put(b"a", b"1"))
     before = state_of(storage)[1]
     index = storage.store.applied_index + 1
-    (result,) = storage.state_machine.apply(
-        index, encode_entry(Batch((AuditSnapshot("none", ()),), 5))
-    )
+    (result,) = machine_of(storage).apply(index, encode_entry(Batch((AuditCut("none", ()),), 5)))
     assert result.code is ResultCode.OK and result.value == str(index).encode()
     assert storage.store.applied_index == index
     assert state_of(storage)[1] == before

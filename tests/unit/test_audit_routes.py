@@ -23,12 +23,13 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from http_api.app import build_app
 from http_api.openapi import openapi_document
-from node.audit_jobs import AuditExporter
-from node.audit_service import AuditService
-from node.commands import Batch, Command, Put, encode_entry
-from node.kv_service import ConsensusLog
-from node.recovery import NodeStorage
-from node.results import CommandResult
+from node.audit.jobs import AuditExporter
+from node.service.audit import AuditService
+from node.service.kv import ConsensusLog
+from node.state.commands import Batch, Command, Put, encode_entry
+from node.state.results import CommandResult
+from node.storage.recovery import NodeStorage
+from tests.support.state import machine_of
 from tests.unit.test_openapi import NoService, documented_routes, served_routes
 
 
@@ -49,7 +50,7 @@ class StandInRaft:
     async def propose(self, command: Command) -> CommandResult:
         with self._lock:
             index = self._storage.store.applied_index + 1
-            (result,) = self._storage.state_machine.apply(
+            (result,) = machine_of(self._storage).apply(
                 index, encode_entry(Batch((command,), 1000))
             )
         return result
@@ -63,7 +64,7 @@ async def served(
     await raft.propose(Put(b"k1", b"v1"))
     await raft.propose(Put(b"k2", b"v2"))
     exporter = AuditExporter(tmp_path / "audits", "n1", storage.commit_log)
-    storage.state_machine.audit_hook = exporter.hook
+    machine_of(storage).audit_hook = exporter.hook
     audits = AuditService(cast(ConsensusLog, raft), storage.store, exporter)
     server = TestServer(build_app(NoService(), audits))
     await server.start_server()

@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from node.commands import Batch, Delete, Put, encode_entry
-from node.recovery import LOG_DIR, open_storage
-from node.storage_config import StorageConfig
+from node.state.commands import Batch, Delete, Put, encode_entry
+from node.storage.config import StorageConfig
+from node.storage.datadir import LOG_DIR
+from node.storage.recovery import open_storage
+from tests.support.state import machine_of
 
 RKV = Path(sys.executable).with_name("rkv")
 
@@ -21,7 +23,7 @@ def rkv(*args: str) -> subprocess.CompletedProcess[str]:
 
 def populate(data_dir: Path) -> None:
     storage = open_storage(data_dir, StorageConfig())
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(1, encode_entry(Batch(tuple(Put(b"k%d" % i, b"v") for i in range(10)), 1)))
     machine.apply(2, encode_entry(Batch((Delete(b"k0"),), 2)))
     storage.close()
@@ -76,7 +78,7 @@ def test_node_without_required_flags_exits_2() -> None:
 
 
 def test_client_write_commands_parse_producer_triples_and_incr_amounts() -> None:
-    from node.cli import build_parser  # noqa: PLC0415
+    from node.cli.main import build_parser  # noqa: PLC0415
 
     parser = build_parser()
     args = parser.parse_args(["incr", "k", "--by", "-3", "--producer", "7:2:0"])

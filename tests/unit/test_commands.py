@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.commands import (
+from node.errors import EntryDecodeError, UnsupportedEntryVersion
+from node.state.commands import (
     FORMAT_VERSION,
     Barrier,
     Batch,
@@ -24,7 +25,6 @@ from node.commands import (
     decode_entry,
     encode_entry,
 )
-from node.errors import EntryDecodeError, UnsupportedEntryVersion
 
 versions = st.none() | st.integers(min_value=0, max_value=2**63)
 keys = st.binary(max_size=64)

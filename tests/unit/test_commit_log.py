@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from node.commit_log import CommitLog
 from node.errors import CorruptLogError
-from node.record import PREFIX, Record, RecordOp, encode_record
-from node.storage_config import StorageConfig
+from node.storage.commit_log import CommitLog
+from node.storage.config import StorageConfig
+from node.storage.record import PREFIX, Record, RecordOp, encode_record
 
 
 def make_records(offsets: list[int], value_size: int = 40) -> list[Record]:

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from node import segment_swap
-from node.commands import Batch, Command, Delete, Put, encode_entry
-from node.compaction import CompactionPolicy, compact
 from node.errors import CorruptLogError
-from node.lmdb_store import LmdbStore
-from node.record import RecordOp
-from node.recovery import LOG_DIR, STATE_DIR, NodeStorage, open_storage
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.state.commands import Batch, Command, Delete, Put, encode_entry
+from node.storage import segment_swap
+from node.storage.compaction import CompactionPolicy, compact
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.datadir import LOG_DIR, STATE_DIR
+from node.storage.lmdb_store import LmdbStore
+from node.storage.record import RecordOp
+from node.storage.recovery import NodeStorage, open_storage
+from tests.support.state import machine_of
 
 CONFIG = StorageConfig(
     segment_bytes=8192, index_interval_bytes=512, fsync=FsyncPolicy.ON_SYNC, lmdb_map_size=1 << 24
@@ -56,7 +58,7 @@ def random_workload(
             else:
                 commands.append(Put(key, b"v%d" % rng.randrange(10**6) * rng.randint(1, 5)))
         index += 1
-        storage.state_machine.apply(index, encode_entry(Batch(tuple(commands), index)))
+        machine_of(storage).apply(index, encode_entry(Batch(tuple(commands), index)))
     return index
 
 
@@ -91,7 +93,7 @@ def test_random_workload_log_replays_to_lmdb_after_every_compaction(tmp_path: Pa
 def test_offsets_are_kept_and_a_removed_offset_reads_as_the_next(tmp_path: Path) -> None:
     storage = open_storage(tmp_path, CONFIG)
     for i in range(1, 301):
-        storage.state_machine.apply(i, encode_entry(Batch((Put(b"k%d" % (i % 10), b"x" * 50),), i)))
+        machine_of(storage).apply(i, encode_entry(Batch((Put(b"k%d" % (i % 10), b"x" * 50),), i)))
     storage.commit_log.roll()
     compact(storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
     kept = [r.offset for r in storage.commit_log.read(0)]
@@ -102,7 +104,7 @@ def test_offsets_are_kept_and_a_removed_offset_reads_as_the_next(tmp_path: Path)
 
 def test_tombstones_stay_inside_the_retention_window(tmp_path: Path) -> None:
     storage = open_storage(tmp_path, CONFIG)
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(1, encode_entry(Batch((Put(b"a", b"1"), Put(b"b", b"2")), 1_000)))
     machine.apply(2, encode_entry(Batch((Delete(b"a"),), 2_000)))  # offset 3, at t=2s
     machine.apply(3, encode_entry(Batch((Delete(b"b"),), 9_000)))  # offset 4, at t=9s
@@ -121,7 +123,7 @@ def test_tombstones_stay_inside_the_retention_window(tmp_path: Path) -> None:
 def test_a_reader_survives_a_compaction_under_it(tmp_path: Path) -> None:
     storage = open_storage(tmp_path, CONFIG)
     for i in range(1, 401):
-        storage.state_machine.apply(i, encode_entry(Batch((Put(b"k%d" % (i % 40), b"y" * 80),), i)))
+        machine_of(storage).apply(i, encode_entry(Batch((Put(b"k%d" % (i % 40), b"y" * 80),), i)))
     storage.commit_log.roll()
     reader = storage.commit_log.read(0)
     first = [next(reader).offset for _ in range(5)]
@@ -188,7 +190,7 @@ def test_a_crash_at_any_step_leaves_the_old_set_or_the_new(
 def test_compaction_refuses_to_copy_a_corrupt_record(tmp_path: Path) -> None:
     storage = open_storage(tmp_path, CONFIG)
     for i in range(1, 200):
-        storage.state_machine.apply(i, encode_entry(Batch((Put(b"k%d" % (i % 7), b"z" * 90),), i)))
+        machine_of(storage).apply(i, encode_entry(Batch((Put(b"k%d" % (i % 7), b"z" * 90),), i)))
     storage.commit_log.roll()
     first = storage.commit_log.closed_segments()[0].log_path
     data = bytearray(first.read_bytes())

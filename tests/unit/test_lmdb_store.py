@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.commands import Batch, Put, encode_entry
 from node.keyspace import MAX_KEY_BYTES
-from node.lmdb_store import LMDB_KEY_LIMIT, LmdbStore
-from node.recovery import STATE_DIR, open_storage
-from node.storage_config import StorageConfig
+from node.state.commands import Batch, Put, encode_entry
+from node.storage.config import StorageConfig
+from node.storage.datadir import STATE_DIR
+from node.storage.key_order import LMDB_KEY_LIMIT
+from node.storage.lmdb_store import LmdbStore
+from node.storage.recovery import open_storage
+from tests.support.state import machine_of
 
 
 def keys_for_test() -> list[bytes]:
@@ -39,7 +42,7 @@ def test_long_keys_store_scan_and_replay(tmp_path: Path) -> None:
     storage = open_storage(tmp_path, StorageConfig())
     keys = keys_for_test()
     commands = tuple(Put(k, b"value of %d" % len(k)) for k in keys)
-    results = storage.state_machine.apply(1, encode_entry(Batch(commands, 1)))
+    results = machine_of(storage).apply(1, encode_entry(Batch(commands, 1)))
     assert all(r.ok for r in results)
     for key in keys:
         found = storage.store.get(key)

@@ -8,7 +8,9 @@ import json
 import msgpack
 import pytest
 
-from node.commands import (
+from node.errors import EntryDecodeError
+from node.keyspace import member_key
+from node.state.commands import (
     FORMAT_VERSION,
     TAG_REMOVE_MEMBER,
     TAG_SET_MEMBER,
@@ -19,10 +21,9 @@ from node.commands import (
     decode_entry,
     encode_entry,
 )
-from node.errors import EntryDecodeError
-from node.keyspace import member_key
-from node.recovery import NodeStorage
-from node.results import ResultCode
+from node.state.results import ResultCode
+from node.storage.recovery import NodeStorage
+from tests.support.state import machine_of
 
 
 def test_tags_are_5_and_6_and_round_trip() -> None:
@@ -41,7 +42,7 @@ def test_malformed_member_commands_do_not_decode(command: list[object]) -> None:
 
 
 def test_member_records_are_written_and_removed(storage: NodeStorage) -> None:
-    machine = storage.state_machine
+    machine = machine_of(storage)
     entry = encode_entry(Batch((Put(b"k", b"v"), SetMember("n3", "h:1", "http://h:2")), 1))
     results = machine.apply(1, entry)
     assert [r.code for r in results] == [ResultCode.OK, ResultCode.OK]
@@ -57,5 +58,5 @@ def test_member_records_are_written_and_removed(storage: NodeStorage) -> None:
 
 
 def test_clients_still_cannot_write_the_member_prefix(storage: NodeStorage) -> None:
-    results = storage.state_machine.apply(1, encode_entry(Batch((Put(member_key("x"), b"{}"),))))
+    results = machine_of(storage).apply(1, encode_entry(Batch((Put(member_key("x"), b"{}"),))))
     assert results[0].code is ResultCode.RESERVED_KEY

@@ -21,15 +21,15 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from http_api.app import build_app
 from http_api.encoding import PRODUCER_HEADERS
 from http_api.openapi import openapi_document
-from node.commands import Command, Txn
-from node.compaction import CompactionResult
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
-from node.kv_service import Consistency, ScanPage
-from node.lmdb_store import StoredValue
-from node.producers import ProducerTag
-from node.record import Record
-from node.results import CommandResult
-from node.snapshot_file import SnapshotHeader
+from node.service.kv import Consistency, ScanPage
+from node.snapshot.file import SnapshotHeader
+from node.state.commands import Command, Txn
+from node.state.producers import ProducerTag
+from node.state.results import CommandResult
+from node.storage.compaction import CompactionResult
+from node.storage.lmdb_store import StoredValue
+from node.storage.record import Record
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from node.commands import (
+from node.errors import EntryDecodeError
+from node.state.commands import (
     FORMAT_VERSION,
     TAG_PRODUCED,
     Append,
@@ -32,19 +33,20 @@ from node.commands import (
     decode_entry,
     encode_entry,
 )
-from node.compaction import CompactionPolicy, compact
-from node.counters import parse_counter
-from node.errors import EntryDecodeError
-from node.producers import (
+from node.state.counters import parse_counter
+from node.state.producers import (
     PRODUCER_IDS_PREFIX,
     PRODUCERS_PREFIX,
     WINDOW,
     decode_state,
     producer_key,
 )
-from node.recovery import STATE_DIR, open_storage
-from node.results import CommandResult, ResultCode
-from node.storage_config import StorageConfig
+from node.state.results import CommandResult, ResultCode
+from node.storage.compaction import CompactionPolicy, compact
+from node.storage.config import StorageConfig
+from node.storage.datadir import STATE_DIR
+from node.storage.recovery import open_storage
+from tests.support.state import machine_of
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -56,11 +58,11 @@ class Node:
         self.path = path
         self.config = config
         self.storage = open_storage(path, config)
-        self.index = self.storage.state_machine.applied_index
+        self.index = machine_of(self.storage).applied_index
 
     def apply(self, *commands: Command, ts: int = 1000) -> tuple[CommandResult, ...]:
         self.index += 1
-        return self.storage.state_machine.apply(self.index, encode_entry(Batch(commands, ts)))
+        return machine_of(self.storage).apply(self.index, encode_entry(Batch(commands, ts)))
 
     def one(self, command: Command, ts: int = 1000) -> CommandResult:
         return self.apply(command, ts=ts)[0]

@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from node.commands import Barrier, Put, decode_entry
 from node.errors import InvalidRequest, NotApplied, Overloaded, UnknownOutcome
-from node.results import CommandResult, ResultCode
+from node.state.commands import Barrier, Put, decode_entry
+from node.state.results import CommandResult, ResultCode
 from raft.proposer import GroupCommitProposer
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from node.commands import Batch, Command, Delete, Put, encode_entry
-from node.lmdb_store import LmdbStore
-from node.record import Record, RecordOp, encode_record
-from node.recovery import LOG_DIR, OWNER_FILE, STATE_DIR, NodeStorage, current_boot_id, open_storage
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.state.commands import Batch, Command, Delete, Put, encode_entry
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.datadir import LOG_DIR, OWNER_FILE, STATE_DIR
+from node.storage.lmdb_store import LmdbStore
+from node.storage.record import Record, RecordOp, encode_record
+from node.storage.recovery import NodeStorage, current_boot_id, open_storage
+from tests.support.state import machine_of
 
 
 def snapshot(storage: NodeStorage) -> dict[bytes, tuple[int, int, bytes]]:
@@ -36,7 +38,7 @@ def fill(storage: NodeStorage, entries: int) -> None:
         ]
         if i % 5 == 0:
             commands.append(Delete(b"other/%d" % (i - 1)))
-        storage.state_machine.apply(i, encode_entry(Batch(tuple(commands), timestamp_ms=i)))
+        machine_of(storage).apply(i, encode_entry(Batch(tuple(commands), timestamp_ms=i)))
 
 
 def test_deleting_lmdb_and_replaying_gives_the_identical_state(
@@ -78,7 +80,7 @@ def test_records_the_log_has_but_lmdb_lacks_are_replayed(
     assert reopened.store.applied_index == 11
     # and raft re-delivering entry 11 changes nothing
     again = encode_entry(Batch((Put(b"k/1", b"after-crash"),), timestamp_ms=11))
-    reopened.state_machine.apply(11, again)
+    machine_of(reopened).apply(11, again)
     assert reopened.commit_log.last_offset == head + 2
     reopened.close()
 
@@ -90,7 +92,7 @@ def test_lmdb_ahead_of_the_log_is_rebuilt_from_the_log(
     storage = open_storage(tmp_path, small_config)
     fill(storage, 3)
     survivor = snapshot(storage)
-    storage.state_machine.apply(4, encode_entry(Batch((Put(b"late", b"lost"),), 4)))
+    machine_of(storage).apply(4, encode_entry(Batch((Put(b"late", b"lost"),), 4)))
     storage.close()
     segment = sorted((tmp_path / LOG_DIR).glob("*.log"))[-1]
     last = list(open_storage(tmp_path, small_config).commit_log.read(1))[-1]
@@ -108,18 +110,20 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from node.commands import Batch, Put, encode_entry
-    from node.recovery import open_storage
-    from node.storage_config import FsyncPolicy, StorageConfig
+    from node.state.commands import Batch, Put, encode_entry
+    from node.storage.recovery import open_storage
+    from node.state.machine import StateMachine
+    from node.storage.config import FsyncPolicy, StorageConfig
 
     storage = open_storage(Path(sys.argv[1]), StorageConfig(
         segment_bytes=64 * 1024, fsync=FsyncPolicy.ALWAYS))
-    index = storage.state_machine.applied_index
+    machine = StateMachine.over(storage)
+    index = machine.applied_index
     while True:
         index += 1
         entry = encode_entry(Batch(tuple(
             Put(b"w/%d/%d" % (index, j), b"v" * 200) for j in range(5)), index))
-        results = storage.state_machine.apply(index, entry)
+        results = machine.apply(index, entry)
         assert all(r.ok for r in results)
         print(index, flush=True)  # acknowledged: durable in the log before this line
     """
@@ -183,7 +187,7 @@ def test_fsync_policy_decides_when_appends_are_synced(
 
     monkeypatch.setattr(os, "fdatasync", counting_fsync)
     for i in range(1, 4):
-        storage.state_machine.apply(i, encode_entry(Batch((Put(b"k", b"v"),), i)))
+        machine_of(storage).apply(i, encode_entry(Batch((Put(b"k", b"v"),), i)))
     assert len(calls) == expected
     storage.commit_log.sync()  # syncs only what is not durable yet
     assert len(calls) == after_sync
@@ -213,11 +217,11 @@ def test_retry_after_a_failed_lmdb_write_does_not_duplicate_records(
 
     monkeypatch.setattr(failing.store, "write", write_failing_once)
     for index, entry in enumerate(entries, start=1):
-        clean.state_machine.apply(index, entry)
+        machine_of(clean).apply(index, entry)
         try:
-            failing.state_machine.apply(index, entry)
+            machine_of(failing).apply(index, entry)
         except OSError:
-            failing.state_machine.apply(index, entry)  # what pysyncobj does: the same entry again
+            machine_of(failing).apply(index, entry)  # what pysyncobj does: the same entry again
     assert calls["n"] >= 5
     assert snapshot(failing) == snapshot(clean)
     failing_log = [(r.offset, r.raft_index, r.key) for r in failing.commit_log.read(1)]
@@ -231,7 +235,7 @@ def test_a_failed_log_write_leaves_no_half_batch(
     tmp_path: Path, small_config: StorageConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     storage = open_storage(tmp_path, small_config)
-    storage.state_machine.apply(1, encode_entry(Batch((Put(b"k", b"1"),), 1)))
+    machine_of(storage).apply(1, encode_entry(Batch((Put(b"k", b"1"),), 1)))
     real_write = os.write
 
     def half_then_enospc(fd: int, data: bytes) -> int:
@@ -240,9 +244,9 @@ def test_a_failed_log_write_leaves_no_half_batch(
 
     monkeypatch.setattr(os, "write", half_then_enospc)
     with pytest.raises(OSError):
-        storage.state_machine.apply(2, encode_entry(Batch((Put(b"k", b"2"), Put(b"j", b"3")), 2)))
+        machine_of(storage).apply(2, encode_entry(Batch((Put(b"k", b"2"), Put(b"j", b"3")), 2)))
     monkeypatch.undo()
-    storage.state_machine.apply(2, encode_entry(Batch((Put(b"k", b"2"), Put(b"j", b"3")), 2)))
+    machine_of(storage).apply(2, encode_entry(Batch((Put(b"k", b"2"), Put(b"j", b"3")), 2)))
     assert [(r.offset, r.value) for r in storage.commit_log.read(1)] == [
         (1, b"1"),
         (2, b"2"),
@@ -322,9 +326,9 @@ def test_an_entry_torn_at_a_record_boundary_is_dropped_whole(
     """A power loss may keep only the first records of one write: the entry must go whole,
     so that raft's re-delivery applies all of it (a txn stays atomic)."""
     storage = open_storage(tmp_path, small_config)
-    storage.state_machine.apply(1, encode_entry(Batch((Put(b"before", b"1"),), 1)))
+    machine_of(storage).apply(1, encode_entry(Batch((Put(b"before", b"1"),), 1)))
     entry = encode_entry(Batch((Put(b"a", b"x"), Put(b"b", b"y"), Put(b"c", b"z")), 2))
-    storage.state_machine.apply(2, entry)
+    machine_of(storage).apply(2, entry)
     records = list(storage.commit_log.read(1))
     storage.close()
     segment = sorted((tmp_path / LOG_DIR).glob("*.log"))[-1]
@@ -338,7 +342,7 @@ def test_an_entry_torn_at_a_record_boundary_is_dropped_whole(
     assert [r.key for r in reopened.commit_log.read(1)] == [b"before"]
     assert reopened.store.applied_index == 1
     assert reopened.store.get(b"a") is None
-    results = reopened.state_machine.apply(2, entry)  # raft delivers it again
+    results = machine_of(reopened).apply(2, entry)  # raft delivers it again
     assert [r.ok for r in results] == [True, True, True]
     assert [r.key for r in reopened.commit_log.read(1)] == [b"before", b"a", b"b", b"c"]
     reopened.close()

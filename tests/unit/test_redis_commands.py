@@ -13,7 +13,8 @@ from typing import cast
 
 import pytest
 
-from replication.redis.commands import (
+from replication.redis.commands.common import load_dbs, namespace_of
+from replication.redis.commands.dispatch import (
     CommandContext,
     CommandError,
     ReplicationStop,
@@ -21,9 +22,7 @@ from replication.redis.commands import (
     WrongTypeStop,
     apply_command,
 )
-from replication.redis.commands_common import load_dbs, namespace_of
-from replication.redis.layout import Layout, Meta, list_position
-from replication.redis.numeric import (
+from replication.redis.commands.numeric import (
     NumberError,
     format_long_double,
     incr_long_double,
@@ -31,6 +30,7 @@ from replication.redis.numeric import (
     parse_int,
     parse_long_double,
 )
+from replication.redis.layout import Layout, Meta, list_position
 from replication.redis.objects import RedisValue, load_meta, read_value
 from replication.redis.view import MemoryView
 

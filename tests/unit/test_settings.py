@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from node.cli.settings import NodeConfig, add_node_arguments, node_config
 from node.errors import ConfigError
-from node.settings import NodeConfig, add_node_arguments, node_config
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> NodeConfig:

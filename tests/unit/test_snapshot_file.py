@@ -8,14 +8,10 @@ from typing import Any
 
 import pytest
 
-from node.cli_snapshot import restore_snapshot_command
-from node.commands import Barrier, Batch, Delete, Put, encode_entry
+from node.cli.snapshot import restore_snapshot_command
 from node.errors import SnapshotFormatError, StorageError
 from node.keyspace import RESERVED_PREFIX
-from node.lmdb_store import LMDB_KEY_LIMIT, LmdbStore
-from node.record import Record, RecordOp
-from node.recovery import LOG_DIR, STATE_DIR, NodeStorage, open_storage
-from node.snapshot_file import (
+from node.snapshot.file import (
     FORMAT_VERSION,
     HEADER_BYTES,
     STAGING_DIR,
@@ -26,14 +22,21 @@ from node.snapshot_file import (
     verify_snapshot,
     write_snapshot,
 )
-from node.storage_config import StorageConfig
+from node.state.commands import Barrier, Batch, Delete, Put, encode_entry
+from node.storage.config import StorageConfig
+from node.storage.datadir import LOG_DIR, STATE_DIR
+from node.storage.key_order import LMDB_KEY_LIMIT
+from node.storage.lmdb_store import LmdbStore
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import NodeStorage, open_storage
+from tests.support.state import machine_of
 
 INTERNAL_KEY = RESERVED_PREFIX + b"sessions/p1"
 
 
 def apply(storage: NodeStorage, *commands: Any) -> None:
     index = storage.store.applied_index + 1
-    storage.state_machine.apply(index, encode_entry(Batch(tuple(commands), 1_000 + index)))
+    machine_of(storage).apply(index, encode_entry(Batch(tuple(commands), 1_000 + index)))
 
 
 def add_internal(storage: NodeStorage, key: bytes, value: bytes) -> None:
@@ -119,7 +122,7 @@ def test_round_trip_into_a_fresh_dir(
     assert restored.commit_log.next_offset == offset + 1
     # The next write continues the offsets; in a new cluster raft starts again at 1.
     first = 1 if not keep_raft_index else index + 1
-    results = restored.state_machine.apply(first, encode_entry(Batch((Put(b"new", b"x"),), 9)))
+    results = machine_of(restored).apply(first, encode_entry(Batch((Put(b"new", b"x"),), 9)))
     assert results[0].ok and results[0].version == offset + 1
     restored.close()
     # LMDB rebuilt from the restored log: the same state, and the raft index of the

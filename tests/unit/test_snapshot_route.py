@@ -18,12 +18,13 @@ from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
 from http_api.app import build_app
-from node.commands import Batch, Put, encode_entry
-from node.compaction import CompactionPolicy
-from node.compactor import CompactionTriggers, Compactor
-from node.kv_service import ConsensusLog, KvService
-from node.recovery import NodeStorage
-from node.snapshot_file import SnapshotHeader, SnapshotReader
+from node.service.kv import ConsensusLog, KvService
+from node.snapshot.file import SnapshotHeader, SnapshotReader
+from node.state.commands import Batch, Put, encode_entry
+from node.storage.compaction import CompactionPolicy
+from node.storage.compactor import CompactionTriggers, Compactor
+from node.storage.recovery import NodeStorage
+from tests.support.state import machine_of
 
 
 class StandInRaft:
@@ -55,7 +56,7 @@ class GatedService(KvService):
 async def served(storage: NodeStorage) -> AsyncIterator[tuple[TestServer, GatedService]]:
     for index in (1, 2):
         commands = tuple(Put(b"k%d-%d" % (index, i), b"v" * i) for i in range(50))
-        storage.state_machine.apply(index, encode_entry(Batch(commands, 7)))
+        machine_of(storage).apply(index, encode_entry(Batch(commands, 7)))
     compactor = Compactor(
         storage.commit_log,
         storage.store,

@@ -1,5 +1,5 @@
 """Installing another member's state snapshot into a live node's storage
-(node/state_install.py): the catch-up path of a follower behind a leader's marker."""
+(node/snapshot/install.py): the catch-up path of a follower behind a leader's marker."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ from typing import Any
 
 import pytest
 
-from node.commands import Batch, Delete, Put, encode_entry
 from node.errors import SnapshotFormatError
-from node.lmdb_store import LmdbStore
-from node.recovery import INSTALL_FLAG_FILE, NodeStorage, open_storage
-from node.snapshot_file import export_snapshot
-from node.state_install import install_snapshot
-from node.storage_config import StorageConfig
+from node.snapshot.file import export_snapshot
+from node.snapshot.install import install_snapshot
+from node.state.commands import Batch, Delete, Put, encode_entry
+from node.storage.config import StorageConfig
+from node.storage.datadir import INSTALL_FLAG_FILE
+from node.storage.lmdb_store import LmdbStore
+from node.storage.recovery import NodeStorage, open_storage
+from tests.support.state import machine_of
 
 
 def apply(storage: NodeStorage, *commands: Any) -> None:
     index = storage.store.applied_index + 1
-    storage.state_machine.apply(index, encode_entry(Batch(tuple(commands), 1_000 + index)))
+    machine_of(storage).apply(index, encode_entry(Batch(tuple(commands), 1_000 + index)))
 
 
 def items(store: LmdbStore) -> list[tuple[bytes, int, int, bytes]]:
@@ -105,7 +107,7 @@ def test_entries_after_the_install_decide_and_number_as_on_the_leader(
     for storage in (leader, follower):
         apply(storage, *later)
         # an index already in the state is skipped, as raft replays it
-        storage.state_machine.apply(storage.store.applied_index, encode_entry(Batch(later, 1)))
+        machine_of(storage).apply(storage.store.applied_index, encode_entry(Batch(later, 1)))
     assert state(follower) == state(leader)
     tail = leader.store.applied_offset - 1
     assert [r.offset for r in follower.commit_log.read(tail)] == [

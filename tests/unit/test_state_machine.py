@@ -10,7 +10,8 @@ from typing import NamedTuple
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.commands import (
+from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
+from node.state.commands import (
     MAX_TXN_OPS,
     Barrier,
     Batch,
@@ -26,12 +27,13 @@ from node.commands import (
     TxnPut,
     encode_entry,
 )
-from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
-from node.lmdb_store import LmdbStore
-from node.record import RecordOp
-from node.recovery import STATE_DIR, NodeStorage, open_storage
-from node.results import CommandResult, OpResult, ResultCode
-from node.storage_config import FsyncPolicy, StorageConfig
+from node.state.results import CommandResult, OpResult, ResultCode
+from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.datadir import STATE_DIR
+from node.storage.lmdb_store import LmdbStore
+from node.storage.record import RecordOp
+from node.storage.recovery import NodeStorage, open_storage
+from tests.support.state import machine_of
 
 MAX_VALUE = 64
 CONFIG = StorageConfig(
@@ -274,12 +276,12 @@ def test_state_machine_matches_the_dict_model(workload: list[list[Template]]) ->
             for index, templates_ in enumerate(workload, start=1):
                 commands = [build(t, model) for t in templates_]
                 entry = encode_entry(Batch(tuple(commands), timestamp_ms=index))
-                got = storage.state_machine.apply(index * 2, entry)  # gaps in raft indexes are fine
+                got = machine_of(storage).apply(index * 2, entry)  # gaps in raft indexes are fine
                 assert without_messages(got) == model.apply(commands, index * 2, index)
-                assert storage.state_machine.applied_index == index * 2
+                assert machine_of(storage).applied_index == index * 2
             assert state_of(storage) == model.data
             assert log_of(storage) == model.log
-            assert storage.state_machine.applied_offset == model.last_offset
+            assert machine_of(storage).applied_offset == model.last_offset
         finally:
             storage.close()
         # LMDB deleted entirely, reopened, replayed from the log: the same state
@@ -288,10 +290,10 @@ def test_state_machine_matches_the_dict_model(workload: list[list[Template]]) ->
         try:
             assert state_of(reopened) == model.data
             assert reopened.replayed_records == len(model.log)
-            assert reopened.state_machine.applied_offset == model.last_offset
+            assert machine_of(reopened).applied_offset == model.last_offset
             # entries that wrote nothing leave no trace in the log: replay knows the
             # raft index of the last one that wrote something
-            assert reopened.state_machine.applied_index == (model.log[-1][1] if model.log else 0)
+            assert machine_of(reopened).applied_index == (model.log[-1][1] if model.log else 0)
         finally:
             reopened.close()
 
@@ -301,7 +303,7 @@ def put_entry(*pairs: tuple[bytes, bytes]) -> bytes:
 
 
 def test_reapplied_indexes_change_nothing(storage: NodeStorage) -> None:
-    machine = storage.state_machine
+    machine = machine_of(storage)
     first = machine.apply(1, put_entry((b"k", b"one")))
     assert observed(first) == [(ResultCode.OK, 1, 0)]
     machine.apply(2, put_entry((b"k", b"two")))
@@ -318,10 +320,10 @@ def test_reapplied_index_after_restart_reports_already_applied(
     tmp_path: Path, small_config: StorageConfig
 ) -> None:
     storage = open_storage(tmp_path, small_config)
-    storage.state_machine.apply(5, put_entry((b"k", b"v")))
+    machine_of(storage).apply(5, put_entry((b"k", b"v")))
     storage.close()
     reopened = open_storage(tmp_path, small_config)
-    results = reopened.state_machine.apply(5, put_entry((b"k", b"other")))
+    results = machine_of(reopened).apply(5, put_entry((b"k", b"other")))
     assert [r.code for r in results] == [ResultCode.ALREADY_APPLIED]
     assert reopened.store.get(b"k") is not None
     assert reopened.store.get(b"k").value == b"v"  # type: ignore[union-attr]
@@ -329,10 +331,10 @@ def test_reapplied_index_after_restart_reports_already_applied(
 
 
 def test_malformed_entry_is_a_result_and_advances_the_index(storage: NodeStorage) -> None:
-    results = storage.state_machine.apply(3, b"\x07garbage")
+    results = machine_of(storage).apply(3, b"\x07garbage")
     assert [r.code for r in results] == [ResultCode.MALFORMED_ENTRY]
     assert "unsupported entry format version 7" in results[0].message
-    assert storage.state_machine.applied_index == 3
+    assert machine_of(storage).applied_index == 3
     assert storage.commit_log.last_offset == 0
 
 
@@ -351,7 +353,7 @@ def test_batch_results_are_per_command(storage: NodeStorage) -> None:
             timestamp_ms=42,
         )
     )
-    got = observed(storage.state_machine.apply(1, entry))
+    got = observed(machine_of(storage).apply(1, entry))
     assert got == [
         (ResultCode.OK, 1, 0),
         (ResultCode.OK, 2, 0),
@@ -374,7 +376,7 @@ def test_batch_results_are_per_command(storage: NodeStorage) -> None:
 def test_value_limit_is_configurable(tmp_path: Path) -> None:
     config = StorageConfig(max_value_bytes=10)
     storage = open_storage(tmp_path, config)
-    results = storage.state_machine.apply(1, put_entry((b"k", b"x" * 10), (b"k2", b"x" * 11)))
+    results = machine_of(storage).apply(1, put_entry((b"k", b"x" * 10), (b"k2", b"x" * 11)))
     assert [r.code for r in results] == [ResultCode.OK, ResultCode.VALUE_TOO_LARGE]
     storage.close()
 
@@ -384,7 +386,7 @@ def test_full_map_grows_instead_of_failing(tmp_path: Path) -> None:
     storage = open_storage(tmp_path, config)
     value = b"v" * 4000
     for i in range(1, 801):  # ~3 MiB of values into a 1 MiB map
-        results = storage.state_machine.apply(i, put_entry((b"key/%05d" % i, value)))
+        results = machine_of(storage).apply(i, put_entry((b"key/%05d" % i, value)))
         assert results[0].ok
     assert storage.store.map_size > 1024 * 1024
     with storage.store.reader() as view:

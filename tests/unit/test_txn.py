@@ -8,7 +8,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from node.commands import (
+from node.errors import EntryDecodeError
+from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX, checkpoint_key
+from node.state.commands import (
     FORMAT_VERSION,
     MAX_TXN_OPS,
     TAG_TXN,
@@ -27,13 +29,13 @@ from node.commands import (
     decode_entry,
     encode_entry,
 )
-from node.errors import EntryDecodeError
-from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX, checkpoint_key
-from node.lmdb_store import LmdbStore
-from node.record import Record, RecordOp
-from node.recovery import STATE_DIR, NodeStorage, open_storage
-from node.results import CommandResult, OpResult, ResultCode
-from node.storage_config import StorageConfig
+from node.state.results import CommandResult, OpResult, ResultCode
+from node.storage.config import StorageConfig
+from node.storage.datadir import STATE_DIR
+from node.storage.lmdb_store import LmdbStore
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import NodeStorage, open_storage
+from tests.support.state import machine_of
 
 VERSION, VALUE, EXISTS = CompareTarget.VERSION, CompareTarget.VALUE, CompareTarget.EXISTS
 
@@ -159,7 +161,7 @@ def test_a_successful_txn_lands_whole_in_one_entry(
     tmp_path: Path, small_config: StorageConfig
 ) -> None:
     storage = open_storage(tmp_path, small_config)
-    machine = storage.state_machine
+    machine = machine_of(storage)
     assert machine.apply(1, entry(Put(b"a", b"0")))[0].version == 1
     txn = Txn(
         compares=(Compare(b"a", VERSION, 1), Compare(b"b", EXISTS, False)),
@@ -211,7 +213,7 @@ def test_a_successful_txn_lands_whole_in_one_entry(
 
 
 def test_a_failed_compare_runs_the_failure_branch(storage: NodeStorage) -> None:
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(1, entry(Put(b"a", b"v")))
     txn = Txn(
         compares=(Compare(b"a", EXISTS, True), Compare(b"a", VERSION, 99)),  # the second fails
@@ -251,7 +253,7 @@ def test_a_failed_compare_runs_the_failure_branch(storage: NodeStorage) -> None:
     ],
 )
 def test_compare_targets(storage: NodeStorage, compare: Compare, holds: bool) -> None:
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(
         1, entry(Put(b"a", b"v"), Put(b"empty", b""), Put(b"gone", b"x"), Delete(b"gone"))
     )
@@ -262,9 +264,9 @@ def test_compare_targets(storage: NodeStorage, compare: Compare, holds: bool) ->
 
 
 def test_every_compare_must_hold(storage: NodeStorage) -> None:
-    storage.state_machine.apply(1, entry(Put(b"a", b"v")))
+    machine_of(storage).apply(1, entry(Put(b"a", b"v")))
     holding, failing = Compare(b"a", EXISTS, True), Compare(b"b", EXISTS, True)
-    results = storage.state_machine.apply(
+    results = machine_of(storage).apply(
         2,
         entry(Txn((holding, holding)), Txn((holding, failing)), Txn((failing, holding)), Txn()),
     )
@@ -272,7 +274,7 @@ def test_every_compare_must_hold(storage: NodeStorage) -> None:
 
 
 def test_ops_see_the_earlier_ops_of_their_branch(storage: NodeStorage) -> None:
-    storage.state_machine.apply(1, entry(Put(b"other", b"o")))
+    machine_of(storage).apply(1, entry(Put(b"other", b"o")))
     txn = Txn(
         success=(
             TxnGet(b"k"),
@@ -288,7 +290,7 @@ def test_ops_see_the_earlier_ops_of_their_branch(storage: NodeStorage) -> None:
             TxnGet(b"k"),
         )
     )
-    (result,) = storage.state_machine.apply(2, entry(txn))
+    (result,) = machine_of(storage).apply(2, entry(txn))
     assert result.op_results == (
         OpResult("get", b"k", False, 0),
         OpResult("put", b"k", True, 2, 2),
@@ -313,7 +315,7 @@ def test_ops_see_the_earlier_ops_of_their_branch(storage: NodeStorage) -> None:
 
 
 def test_txns_see_and_are_seen_by_their_batch_neighbours(storage: NodeStorage) -> None:
-    results = storage.state_machine.apply(
+    results = machine_of(storage).apply(
         1,
         entry(
             Put(b"k", b"v"),
@@ -336,7 +338,7 @@ def test_txns_see_and_are_seen_by_their_batch_neighbours(storage: NodeStorage) -
 
 
 def test_a_txn_that_writes_nothing_reports_the_applied_offset(storage: NodeStorage) -> None:
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(1, entry(Put(b"a", b"1"), Put(b"b", b"2")))
     results = machine.apply(
         2,
@@ -360,7 +362,7 @@ def test_a_txn_that_writes_nothing_reports_the_applied_offset(storage: NodeStora
 
 
 def test_the_limit_counts_compares_and_both_branches(storage: NodeStorage) -> None:
-    machine = storage.state_machine
+    machine = machine_of(storage)
     at_limit = Txn(
         (Compare(b"k", VERSION, 0),),
         (TxnPut(b"k", b"v"),),
@@ -413,7 +415,7 @@ def test_an_invalid_key_or_value_anywhere_refuses_the_whole_txn(
         (success if where == "success" else failure).insert(1, bad)
     txn = Txn(tuple(compares), tuple(success), tuple(failure))
     storage = open_storage(tmp_path, StorageConfig(max_value_bytes=64))
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(1, entry(Put(b"a", b"v")))
     before = state_of(storage)
     results = machine.apply(2, entry(Put(b"x", b"1"), txn, Put(b"y", b"2")))
@@ -430,7 +432,7 @@ def test_the_first_invalid_part_names_the_refusal(storage: NodeStorage) -> None:
         (TxnPut(b"fine", b"v" * (2 * 1024 * 1024)),),
         (TxnGet(b""),),
     )
-    (result,) = storage.state_machine.apply(1, entry(txn))
+    (result,) = machine_of(storage).apply(1, entry(txn))
     assert (result.code, result.message[:11]) == (ResultCode.VALUE_TOO_LARGE, "success[0]:")
     assert storage.commit_log.last_offset == 0
 
@@ -450,7 +452,7 @@ def test_replicas_apply_txns_identically(tmp_path: Path, small_config: StorageCo
         for i in range(1, 60)
     ]
     replicas = [open_storage(tmp_path / name, small_config) for name in ("r1", "r2")]
-    answers = [[r.state_machine.apply(i, e) for i, e in enumerate(entries, 1)] for r in replicas]
+    answers = [[machine_of(r).apply(i, e) for i, e in enumerate(entries, 1)] for r in replicas]
     assert answers[0] == answers[1]
     assert {r.succeeded for results in answers[0] for r in results} == {True, False}
     assert log_of(replicas[0]) == log_of(replicas[1])
@@ -463,7 +465,7 @@ def test_a_retried_txn_entry_after_a_failed_lmdb_write_stays_whole(
     tmp_path: Path, small_config: StorageConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     storage = open_storage(tmp_path, small_config)
-    machine = storage.state_machine
+    machine = machine_of(storage)
     machine.apply(1, entry(Put(b"a", b"0")))
     txn_entry = entry(
         Txn((Compare(b"a", VERSION, 1),), (TxnPut(b"a", b"1"), TxnPut(b"b", b"1"), TxnDelete(b"a")))
@@ -491,7 +493,7 @@ def test_a_txn_commits_a_checkpoint_with_its_writes_and_guards_on_its_version(
     tmp_path: Path, small_config: StorageConfig
 ) -> None:
     storage = open_storage(tmp_path, small_config)
-    machine = storage.state_machine
+    machine = machine_of(storage)
     cp = checkpoint_key("redis/main")
     first = Txn(
         compares=(Compare(cp, VERSION, 0),),

@@ -22,14 +22,14 @@ from aiohttp.test_utils import TestServer
 
 from http_api.app import build_app
 from http_api.routes_watch import TICKER, HeadTicker, change_line
-from node.compaction import CompactionPolicy
-from node.compactor import CompactionTriggers, Compactor
+from node.cli.settings import add_node_arguments, node_config
 from node.errors import ConfigError
 from node.keyspace import RESERVED_PREFIX
-from node.kv_service import ConsensusLog, KvService
-from node.record import Record, RecordOp
-from node.recovery import NodeStorage
-from node.settings import add_node_arguments, node_config
+from node.service.kv import ConsensusLog, KvService
+from node.storage.compaction import CompactionPolicy
+from node.storage.compactor import CompactionTriggers, Compactor
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import NodeStorage
 
 
 def put(offset: int, key: bytes, value: bytes) -> Record:

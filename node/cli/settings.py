@@ -1,0 +1,268 @@
+"""Node configuration: flags and RKV_* environment variables, parsed once.
+
+Composition root: this is the only module that reads ``os.environ``. Every
+value is validated here; a bad one is a :class:`ConfigError` naming the flag
+and the variable, which the CLI prints before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.errors import ConfigError
+from node.keyspace import DEFAULT_MAX_VALUE_BYTES
+from node.state.producers import DEFAULT_EXPIRY_MS
+from node.storage.compaction import CompactionPolicy
+from node.storage.compactor import CompactionTriggers
+from node.storage.config import FsyncPolicy, StorageConfig
+from raft.config import Member, RaftConfig
+
+ENV_PREFIX = "RKV_"
+DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
+AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: str
+    data_dir: Path
+    http_host: str
+    http_port: int
+    raft_address: str
+    advertise_url: str
+    peers: tuple[Member, ...]
+    secret: bytes | None
+    storage: StorageConfig
+    raft: RaftConfig
+    log_level: str
+    compaction_policy: CompactionPolicy
+    compaction_triggers: CompactionTriggers
+    watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
+    join_url: str | None = None
+    producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
+    audit_dir: Path | None = None
+    """Where this node writes consistency-audit exports; None: <data_dir>/audit."""
+
+    @property
+    def audit_path(self) -> Path:
+        return self.data_dir / AUDIT_DIR if self.audit_dir is None else self.audit_dir
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `rkv node`; each also reads RKV_<NAME> (flags win)."""
+    add = parser.add_argument
+    add("--id", dest="node_id", help="this node's id (RKV_ID)")
+    add("--data-dir", help="where the commit log, LMDB and raft journal live (RKV_DATA_DIR)")
+    add("--listen", help="HTTP address HOST:PORT (RKV_LISTEN), default 127.0.0.1:8001")
+    add("--raft-listen", help="raft address HOST:PORT, bound as given (RKV_RAFT_LISTEN)")
+    add("--advertise-url", help="the HTTP URL others use for this node (RKV_ADVERTISE_URL)")
+    add(
+        "--peer",
+        action="append",
+        dest="peers",
+        metavar="ID,RAFT_HOST:PORT,HTTP_URL",
+        help="another member; repeat per member (RKV_PEERS: entries separated by ';')",
+    )
+    add(
+        "--join",
+        metavar="URL",
+        help="join the running cluster a node at URL belongs to: take its members as "
+        "peers, rebuild through raft and add this node as a member (RKV_JOIN)",
+    )
+    add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
+    add(
+        "--insecure-dev-mode",
+        action="store_true",
+        default=None,
+        help="run the raft port without a secret: anyone who reaches it can run code "
+        "(RKV_INSECURE_DEV_MODE=1)",
+    )
+    add("--max-value-bytes", help=f"value limit (RKV_MAX_VALUE_BYTES, {DEFAULT_MAX_VALUE_BYTES})")
+    add("--segment-bytes", help="commit-log segment size (RKV_SEGMENT_BYTES, 64 MiB)")
+    add("--raft-compaction-entries", help="journal entries before a raft marker (5000)")
+    add("--proposal-timeout", help="seconds a write waits for raft (RKV_PROPOSAL_TIMEOUT, 5)")
+    add("--log-level", help="DEBUG, INFO, WARNING (RKV_LOG_LEVEL, INFO)")
+    add("--tombstone-retention", help="seconds deletes stay in a compacted log (86400)")
+    add("--compaction-interval", help="seconds between compaction checks (300)")
+    add(
+        "--compaction-min-bytes",
+        help="compact once this many bytes of segments closed since the last run (64 MiB)",
+    )
+    add(
+        "--producer-expiry",
+        help="seconds an idempotent producer may stay idle before its state is dropped "
+        "(RKV_PRODUCER_EXPIRY, 604800 = 7 days)",
+    )
+    add(
+        "--audit-dir",
+        help="where consistency-audit exports are written, <audit-dir>/<audit id>/<node id>/: "
+        "a local directory or a shared volume (RKV_AUDIT_DIR, default <data-dir>/audit)",
+    )
+    add(
+        "--watch-keepalive",
+        help="seconds an idle /v1/watch stream waits before a keep-alive line "
+        f"(RKV_WATCH_KEEPALIVE, {DEFAULT_WATCH_KEEPALIVE:g})",
+    )
+
+
+def _value(args: argparse.Namespace, env: Mapping[str, str], name: str) -> str | None:
+    flag = getattr(args, name, None)
+    if flag is not None:
+        return str(flag) if not isinstance(flag, list) else ";".join(flag)
+    return env.get(ENV_PREFIX + name.upper())
+
+
+def _required(value: str | None, flag: str, var: str) -> str:
+    if not value:
+        raise ConfigError(f"{flag} (or RKV_{var}) is required")
+    return value
+
+
+def _address(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what} must be HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def _positive_int(text: str | None, what: str, default: int) -> int:
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) <= 0:
+        raise ConfigError(f"{what} must be a positive integer, not {text!r}")
+    return int(text)
+
+
+def _positive_float(text: str | None, what: str, default: float) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{what} must be positive, not {text!r}")
+    return value
+
+
+def parse_peer(text: str) -> Member:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(f"a peer is ID,RAFT_HOST:PORT,HTTP_URL, not {text!r}")
+    node_id, raft_address, url = parts
+    _address(raft_address, f"peer {node_id}'s raft address")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"peer {node_id}'s HTTP URL must start with http://, not {url!r}")
+    return Member(node_id, raft_address, url.rstrip("/"))
+
+
+def _secret(args: argparse.Namespace, env: Mapping[str, str]) -> bytes | None:
+    insecure = bool(args.insecure_dev_mode) or env.get("RKV_INSECURE_DEV_MODE") == "1"
+    path = _value(args, env, "secret_file")
+    inline = env.get("RKV_CLUSTER_SECRET")
+    if path:
+        try:
+            secret = Path(path).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the secret file {path}: {exc.strerror}") from None
+    elif inline:
+        secret = inline.encode()
+    elif insecure:
+        return None
+    else:
+        raise ConfigError(
+            "a cluster secret is required: --secret-file F or RKV_CLUSTER_SECRET "
+            "(or --insecure-dev-mode, which lets anyone who reaches the raft port run code)"
+        )
+    if len(secret) < 16:
+        raise ConfigError("the cluster secret must be at least 16 bytes")
+    return secret
+
+
+def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeConfig:
+    env = os.environ if env is None else env
+    node_id = _required(_value(args, env, "node_id") or env.get("RKV_ID"), "--id", "ID")
+    data_dir = Path(_required(_value(args, env, "data_dir"), "--data-dir", "DATA_DIR"))
+    http_host, http_port = _address(_value(args, env, "listen") or "127.0.0.1:8001", "--listen")
+    raft_text = _required(_value(args, env, "raft_listen"), "--raft-listen", "RAFT_LISTEN")
+    _address(raft_text, "--raft-listen")
+    advertise = (_value(args, env, "advertise_url") or f"http://{http_host}:{http_port}").rstrip(
+        "/"
+    )
+    peers_text = _value(args, env, "peers") or ""
+    peers = tuple(parse_peer(p) for p in peers_text.split(";") if p.strip())
+    join_url = (_value(args, env, "join") or "").rstrip("/") or None
+    if join_url is not None and not join_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--join must be a node's http:// URL, not {join_url!r}")
+    secret = _secret(args, env)
+    max_value = _positive_int(
+        _value(args, env, "max_value_bytes"), "--max-value-bytes", DEFAULT_MAX_VALUE_BYTES
+    )
+    storage = StorageConfig(
+        segment_bytes=_positive_int(
+            _value(args, env, "segment_bytes"), "--segment-bytes", 64 * 1024 * 1024
+        ),
+        # The raft layer fsyncs at its durability point (raft/consensus.py).
+        fsync=FsyncPolicy.ON_SYNC,
+        max_value_bytes=max_value,
+    )
+    me = Member(node_id, raft_text, advertise)
+    raft = RaftConfig(
+        self_member=me,
+        peers=peers,
+        journal_dir=str(data_dir / "raft"),
+        secret=secret,
+        compaction_min_entries=_positive_int(
+            _value(args, env, "raft_compaction_entries"), "--raft-compaction-entries", 5000
+        ),
+        proposal_timeout=_positive_float(
+            _value(args, env, "proposal_timeout"), "--proposal-timeout", 5.0
+        ),
+        joining=join_url is not None,
+    )
+    level = (_value(args, env, "log_level") or "INFO").upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"--log-level must be DEBUG, INFO, WARNING or ERROR, not {level!r}")
+    retention = _positive_float(
+        _value(args, env, "tombstone_retention"), "--tombstone-retention", 86400.0
+    )
+    policy = CompactionPolicy(tombstone_retention_ms=int(retention * 1000))
+    triggers = CompactionTriggers(
+        interval_seconds=_positive_float(
+            _value(args, env, "compaction_interval"), "--compaction-interval", 300.0
+        ),
+        min_closed_bytes=_positive_int(
+            _value(args, env, "compaction_min_bytes"), "--compaction-min-bytes", 64 * 1024 * 1024
+        ),
+    )
+    watch_keepalive = _positive_float(
+        _value(args, env, "watch_keepalive"), "--watch-keepalive", DEFAULT_WATCH_KEEPALIVE
+    )
+    producer_expiry = _positive_float(
+        _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
+    )
+    audit_text = _value(args, env, "audit_dir")
+    audit_dir = data_dir / AUDIT_DIR if not audit_text else Path(audit_text)
+    return NodeConfig(
+        node_id,
+        data_dir,
+        http_host,
+        http_port,
+        raft_text,
+        advertise,
+        peers,
+        secret,
+        storage,
+        raft,
+        level,
+        policy,
+        triggers,
+        watch_keepalive=watch_keepalive,
+        join_url=join_url,
+        producer_expiry_seconds=producer_expiry,
+        audit_dir=audit_dir,
+    )

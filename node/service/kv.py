@@ -1,0 +1,514 @@
+"""The key-value service: what a client can ask of one node.
+
+It validates requests before they reach the log (bad input never costs a
+raft round), proposes writes through a :class:`ConsensusLog`, turns command
+results into return values or :mod:`node.errors` exceptions, and serves reads
+from the local LMDB at the requested consistency level:
+
+- ``linearizable``: wait for a read barrier (one barrier serves every read
+  that arrived before it was proposed), then read locally;
+- ``leader``: read locally if this node believes it leads (may be stale
+  during a partition: a deposed leader does not know it yet);
+- ``stale``: read locally, whatever this node has applied;
+- ``min_version=N`` with any level but linearizable: first wait, bounded,
+  until this node has applied offset N (read-your-writes from any replica).
+
+A stalled node (its state is known to miss entries) serves no reads at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol, cast
+
+from node.errors import (
+    Conflict,
+    InvalidRequest,
+    KeyNotFound,
+    NodeNotReady,
+    NotLeader,
+    PayloadTooLarge,
+    RequestError,
+    UnknownOutcome,
+    VersionConflict,
+)
+from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
+from node.snapshot.file import SnapshotHeader, export_snapshot
+from node.state.commands import (
+    Append,
+    Command,
+    Delete,
+    ExpireProducers,
+    Incr,
+    InitProducer,
+    Produced,
+    ProducibleCommand,
+    Put,
+    Txn,
+)
+from node.state.producers import DEFAULT_EXPIRY_MS, ProducerTag
+from node.state.results import CommandResult, ResultCode
+from node.storage.commit_log import CommitLog
+from node.storage.compaction import CompactionResult
+from node.storage.compactor import Compactor
+from node.storage.lmdb_store import LmdbStore, StoredValue
+from node.storage.log_feed import encoded_records
+from node.storage.record import Record
+
+MAX_SCAN_LIMIT = 10_000
+DEFAULT_SCAN_LIMIT = 100
+DEFAULT_WATCH_KEEPALIVE = 10.0
+"""Seconds an open change feed (GET /v1/watch) may stay silent before a keep-alive line."""
+MAX_TRANSACTIONAL_ID_BYTES = 255
+
+
+class Consistency(enum.Enum):
+    LINEARIZABLE = "linearizable"
+    LEADER = "leader"
+    STALE = "stale"
+
+
+class ConsensusLog(Protocol):
+    """What the service needs from the replication layer (raft/ provides it)."""
+
+    async def propose(self, command: Command) -> CommandResult:
+        """Replicate and apply one command; raises NotApplied, UnknownOutcome or Overloaded."""
+        ...
+
+    async def read_barrier(self) -> None:
+        """Return once everything committed before the call is applied locally."""
+        ...
+
+    def is_leader(self) -> bool: ...
+
+    def leader_http_url(self) -> str | None: ...
+
+    def stalled_reason(self) -> str | None:
+        """Why this node's state cannot be trusted, or None."""
+        ...
+
+    def ready(self) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def member_list(self) -> list[dict[str, str]]:
+        """The voting members: id, raft_address, url."""
+        ...
+
+    async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
+        """On the leader: add a voting member (raises NotLeader, Conflict...)."""
+        ...
+
+    async def remove_member(self, node_id: str) -> dict[str, Any]:
+        """On the leader: remove a voting member (raises NotLeader, KeyNotFound, Conflict)."""
+        ...
+
+
+def member_problem(node_id: Any, raft_address: Any, url: Any) -> str | None:
+    """Why a member description is unacceptable, or None."""
+    if not isinstance(node_id, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", node_id):
+        return "id must be 1-64 characters of letters, digits, '_', '.' or '-'"
+    if not isinstance(raft_address, str):
+        return "raft_address must be HOST:PORT"
+    host, sep, port = raft_address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"raft_address must be HOST:PORT, not {raft_address!r:.100}"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "," in url:
+        return f"url must be an http:// or https:// URL, not {url!r:.100}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    items: list[tuple[bytes, StoredValue]]
+    next_after: bytes | None
+
+
+_CONFLICTS = frozenset(
+    {
+        ResultCode.NOT_AN_INTEGER,
+        ResultCode.INTEGER_OVERFLOW,
+        ResultCode.UNKNOWN_PRODUCER,
+        ResultCode.PRODUCER_FENCED,
+        ResultCode.OUT_OF_ORDER_SEQUENCE,
+        ResultCode.DUPLICATE_SEQUENCE_TOO_OLD,
+    }
+)
+
+
+def result_error(result: CommandResult) -> RequestError:
+    """The error a command result that is not OK stands for."""
+    error = _result_error(result)
+    error.duplicate = result.duplicate
+    return error
+
+
+def _result_error(result: CommandResult) -> RequestError:
+    code = result.code
+    if code is ResultCode.VERSION_CONFLICT:
+        return VersionConflict(result.message, result.current_version)
+    if code is ResultCode.NOT_FOUND:
+        return KeyNotFound(result.message or "no such key")
+    if code is ResultCode.VALUE_TOO_LARGE or code is ResultCode.TXN_TOO_LARGE:
+        return PayloadTooLarge(result.message)
+    if code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
+        return InvalidRequest(result.message, code=code.value)
+    if code in _CONFLICTS:
+        return Conflict(result.message, code=code.value)
+    # ALREADY_APPLIED, MALFORMED_ENTRY, NODE_STALLED...: the entry is in the log but
+    # this node cannot tell what it did.
+    return UnknownOutcome(f"the write was committed but its result is unknown: {code.value}")
+
+
+class KvService:
+    def __init__(
+        self,
+        consensus: ConsensusLog,
+        store: LmdbStore,
+        max_value_bytes: int,
+        *,
+        compactor: Compactor,
+        log: CommitLog,
+        read_wait_timeout: float = 5.0,
+        watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
+        producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
+    ) -> None:
+        self._producer_expiry_ms = producer_expiry_ms
+        self._watch_keepalive = watch_keepalive
+        self._consensus = consensus
+        self._store = store
+        self._log = log
+        self._compactor = compactor
+        self._max_value_bytes = max_value_bytes
+        self._read_wait_timeout = read_wait_timeout
+
+    @property
+    def max_value_bytes(self) -> int:
+        return self._max_value_bytes
+
+    # -- validation ---------------------------------------------------------------
+
+    def check_key(self, key: bytes) -> None:
+        if is_reserved(key):
+            raise InvalidRequest("keys starting with \\x00rkv/ are internal", code="reserved_key")
+        problem = key_length_problem(key)
+        if problem is not None:
+            raise InvalidRequest(problem, code="invalid_key")
+
+    def check_value(self, value: bytes) -> None:
+        if len(value) > self._max_value_bytes:
+            raise PayloadTooLarge(
+                f"value is {len(value)} bytes; the limit is {self._max_value_bytes}"
+            )
+
+    @staticmethod
+    def check_version(version: int | None, what: str) -> None:
+        if version is not None and version < 0:
+            raise InvalidRequest(f"{what} must be a non-negative integer")
+
+    # -- writes -------------------------------------------------------------------
+    #
+    # Each write may come from an idempotent producer (``producer``: id, epoch,
+    # sequence). It returns the command's OK result, whose ``duplicate`` says the
+    # sequence was applied before (the result is the original one); any other
+    # outcome raises the matching RequestError, with ``duplicate`` set likewise.
+
+    async def put(
+        self,
+        key: bytes,
+        value: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+    ) -> CommandResult:
+        """Set ``key``; ``expected_version`` makes it a compare-and-set (0: must not exist)."""
+        self.check_key(key)
+        self.check_value(value)
+        self.check_version(expected_version, "expected version")
+        return await self.write(Put(key, value, expected_version), producer)
+
+    async def delete(
+        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        """Delete ``key``; the result's version is the tombstone's offset. Raises KeyNotFound."""
+        self.check_key(key)
+        self.check_version(expected_version, "expected version")
+        return await self.write(Delete(key, expected_version), producer)
+
+    async def incr(self, key: bytes, by: int, producer: ProducerTag | None = None) -> CommandResult:
+        """Add ``by`` to the integer at ``key``; the result's value is the new one."""
+        self.check_key(key)
+        return await self.write(Incr(key, by), producer)
+
+    async def append(
+        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        """Append ``suffix`` to the value at ``key``; the result's value is the new length."""
+        self.check_key(key)
+        self.check_value(suffix)
+        return await self.write(Append(key, suffix), producer)
+
+    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult:
+        """Run an already validated transaction (http_api/txn_json.py parses one)."""
+        return await self.write(txn, producer)
+
+    async def write(
+        self, command: ProducibleCommand, producer: ProducerTag | None = None
+    ) -> CommandResult:
+        wrapped: Command = command if producer is None else Produced(*producer, command)
+        result = await self._consensus.propose(wrapped)
+        if result.code is ResultCode.OK:
+            return result
+        raise result_error(result)
+
+    async def execute(self, command: Command) -> CommandResult:
+        """Propose an already validated command and return its raw result."""
+        return await self._consensus.propose(command)
+
+    async def init_producer(self, transactional_id: str | None) -> CommandResult:
+        """Allocate a producer, or fence the older epochs of ``transactional_id``'s."""
+        if transactional_id is not None and not (
+            0 < len(transactional_id.encode()) <= MAX_TRANSACTIONAL_ID_BYTES
+        ):
+            raise InvalidRequest(
+                f"transactional_id must be 1 to {MAX_TRANSACTIONAL_ID_BYTES} bytes of UTF-8"
+            )
+        result = await self._consensus.propose(
+            InitProducer(transactional_id, self._producer_expiry_ms)
+        )
+        if result.code is ResultCode.OK:
+            return result
+        raise result_error(result)
+
+    async def expire_producers(self) -> int:
+        """On the leader: drop the state of producers idle past their expiry; how many."""
+        if not self._consensus.is_leader():
+            return 0
+        result = await self._consensus.propose(ExpireProducers())
+        return int(result.value or b"0") if result.code is ResultCode.OK else 0
+
+    # -- reads --------------------------------------------------------------------
+
+    async def prepare_read(self, consistency: Consistency, min_version: int | None) -> None:
+        """Wait until this node may answer a read at ``consistency``."""
+        reason = self._consensus.stalled_reason()
+        if reason is not None:
+            raise NodeNotReady(f"this node serves no reads: {reason}")
+        if consistency is Consistency.LINEARIZABLE:
+            await self._consensus.read_barrier()
+        elif consistency is Consistency.LEADER and not self._consensus.is_leader():
+            raise NotLeader("this node is not the leader", self._consensus.leader_http_url())
+        if min_version is not None:
+            await self._wait_applied(min_version)
+
+    async def _wait_applied(self, offset: int) -> None:
+        deadline = time.monotonic() + self._read_wait_timeout
+        delay = 0.001
+        while self._store.applied_offset < offset:
+            if time.monotonic() >= deadline:
+                raise NodeNotReady(
+                    f"this node has applied offset {self._store.applied_offset}, "
+                    f"not {offset}, after {self._read_wait_timeout:g}s"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def get(
+        self,
+        key: bytes,
+        consistency: Consistency = Consistency.LINEARIZABLE,
+        min_version: int | None = None,
+    ) -> StoredValue:
+        self.check_key(key)
+        await self.prepare_read(consistency, min_version)
+        found = self._store.get(key)
+        if found is None:
+            raise KeyNotFound("no such key")
+        return found
+
+    async def scan(
+        self,
+        prefix: bytes,
+        start_after: bytes | None = None,
+        limit: int = DEFAULT_SCAN_LIMIT,
+        consistency: Consistency = Consistency.LINEARIZABLE,
+        min_version: int | None = None,
+    ) -> ScanPage:
+        if not 1 <= limit <= MAX_SCAN_LIMIT:
+            raise InvalidRequest(f"limit must be between 1 and {MAX_SCAN_LIMIT}")
+        await self.prepare_read(consistency, min_version)
+        with self._store.reader() as view:
+            items = view.scan(prefix, start_after, limit + 1)
+        more = len(items) > limit
+        page = items[:limit]
+        return ScanPage(page, page[-1][0] if more else None)
+
+    def read_local(self, keys: Sequence[bytes]) -> list[StoredValue | None]:
+        with self._store.reader() as view:
+            return [view.get(k) for k in keys]
+
+    # -- the log ------------------------------------------------------------------
+
+    @property
+    def log_head(self) -> int:
+        """The highest offset in this node's commit log."""
+        return self._log.last_offset
+
+    @contextmanager
+    def complete_log_range(self, from_offset: int) -> Iterator[None]:
+        """While the block runs, offsets from ``from_offset`` on are all in the log and
+        no compaction removes any (a lagging replica pulls such a range instead of the
+        whole state). Raises Conflict ``range_compacted`` when that cannot be promised."""
+        log = self._log
+        if not log.rewriting.acquire(blocking=False):
+            raise Conflict("a compaction is rewriting the log", code="range_compacted")
+        try:
+            if from_offset <= log.compacted_through:
+                raise Conflict(
+                    f"offsets up to {log.compacted_through} may have been compacted",
+                    code="range_compacted",
+                )
+            yield
+        finally:
+            log.rewriting.release()
+
+    def log_chunks(
+        self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
+    ) -> Iterator[bytes]:
+        """Framed records (node/storage/log_feed.py) joined into chunks of about ``chunk_bytes``."""
+        chunk: list[bytes] = []
+        size = 0
+        for data in encoded_records(self._log, from_offset, to_offset, limit):
+            chunk.append(data)
+            size += len(data)
+            if size >= chunk_bytes:
+                yield b"".join(chunk)
+                chunk, size = [], 0
+        if chunk:
+            yield b"".join(chunk)
+
+    # -- the change feed ------------------------------------------------------------
+
+    @property
+    def applied_offset(self) -> int:
+        """The last offset this node has applied: every record up to it is in the log."""
+        return self._store.applied_offset
+
+    @property
+    def watch_keepalive(self) -> float:
+        """Seconds an open change feed may stay silent before it sends a keep-alive."""
+        return self._watch_keepalive
+
+    def unreadable_reason(self) -> str | None:
+        """Why this node serves no reads (its state is known to miss entries), or None."""
+        return self._consensus.stalled_reason()
+
+    def changes(
+        self,
+        prefix: bytes,
+        from_offset: int,
+        to_offset: int,
+        *,
+        max_records: int = 1000,
+        max_bytes: int = 1024 * 1024,
+    ) -> tuple[list[Record], int]:
+        """User records (never the reserved prefix) whose key starts with ``prefix`` and
+        ``from_offset <= offset <= to_offset``, in offset order, and the offset to go on
+        from. Blocking file I/O: call it off the event loop.
+
+        One call reads at most ``max_records`` records, matching or not, and stops once
+        the matching keys and values reach ``max_bytes``. Offsets compaction removed read
+        as the next greater one, so a range that compaction thinned yields each key's
+        latest record (and tombstones still in retention). ``to_offset`` should be at
+        most :attr:`applied_offset`, below which the log has no gaps still to fill.
+        """
+        matched: list[Record] = []
+        if to_offset < from_offset:
+            return matched, from_offset
+        size = 0
+        # Leaving the loop early drops the reader, which closes its segment file.
+        for scanned, record in enumerate(self._log.read(from_offset), 1):
+            if record.offset > to_offset:
+                break
+            if record.key.startswith(prefix) and not is_reserved(record.key):
+                matched.append(record)
+                size += len(record.key) + len(record.value)
+            if scanned >= max_records or size >= max_bytes:
+                return matched, record.offset + 1
+        return matched, to_offset + 1
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
+        """This node's state as a snapshot file (node/snapshot/file.py), positioned at 0.
+
+        Blocking (LMDB and file I/O): call it off the event loop. The export is
+        spooled to an unnamed temporary file in the data directory (removed by the
+        kernel when closed, even after a crash), so the LMDB read transaction
+        lasts as long as writing the file, not as long as a slow download. The
+        caller closes the file. A stalled node (its state misses entries)
+        refuses with NodeNotReady.
+        """
+        reason = self._consensus.stalled_reason()
+        if reason is not None:
+            raise NodeNotReady(f"this node exports no snapshot: {reason}")
+        # Returned open: the caller closes it.
+        spool = tempfile.TemporaryFile(dir=self._log.directory.parent, prefix=".snapshot-")  # noqa: SIM115
+        try:
+            header = export_snapshot(self._store, cast(BinaryIO, spool))
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        return header, cast(BinaryIO, spool)
+
+    # -- node state ---------------------------------------------------------------
+
+    async def compact(self, force: bool = True) -> CompactionResult:
+        """Compact this node's commit log (forced: roll the active segment first)."""
+        return await self._compactor.compact(force)
+
+    def status(self) -> dict[str, Any]:
+        status = self._consensus.status()
+        status["applied_offset"] = self._store.applied_offset
+        status["applied_index"] = self._store.applied_index
+        status["compaction"] = self._compactor.status()
+        return status
+
+    # -- replicator checkpoints --------------------------------------------------------
+
+    def checkpoints(self) -> list[tuple[str, bytes, int]]:
+        """Every replicator checkpoint in this node's applied state: (name, value, version)."""
+        with self._store.reader() as view:
+            items = view.scan(CHECKPOINTS_PREFIX, limit=10_000, include_internal=True)
+        skip = len(CHECKPOINTS_PREFIX)
+        return [(key[skip:].decode(), stored.value, stored.version) for key, stored in items]
+
+    # -- membership -----------------------------------------------------------------
+
+    def members(self) -> list[dict[str, str]]:
+        return self._consensus.member_list()
+
+    async def add_member(self, node_id: str, raft_address: str, url: str) -> dict[str, Any]:
+        """Validate, then add a voting member through the leader's raft."""
+        problem = member_problem(node_id, raft_address, url)
+        if problem is not None:
+            raise InvalidRequest(problem)
+        return await self._consensus.add_member(node_id, raft_address, url.rstrip("/"))
+
+    async def remove_member(self, node_id: str) -> dict[str, Any]:
+        return await self._consensus.remove_member(node_id)
+
+    def ready(self) -> tuple[bool, str]:
+        reason = self._consensus.stalled_reason()
+        if reason is not None:
+            return False, reason
+        if not self._consensus.ready():
+            return False, "not caught up with the leader, or no leader known"
+        return True, "ready"

@@ -1,0 +1,307 @@
+"""apply(raft_index, entry) -> results: the replicated state machine of a node.
+
+Each entry is a :class:`node.state.commands.Batch`. Applying it:
+
+1. decides every command against the current state (LMDB plus the effects of
+   earlier commands of the same batch) and assigns each mutation the next
+   offset;
+2. appends the resulting records to the commit log;
+3. writes them to LMDB in one write transaction that also stores the applied
+   raft index and offset.
+
+A crash between 2 and 3 is repaired on open by replaying the log, so LMDB
+never holds a state the log does not. apply() is deterministic (the timestamp
+comes from the entry, offsets from the log head), idempotent by raft index,
+and returns error results instead of raising for business outcomes.
+
+Plain puts and deletes are decided here, inline (the hot path); every other
+command by :mod:`node.state.deciders` (txns, counters, members) or
+:mod:`node.state.producer_apply` (idempotent producers), through the entry's
+:class:`node.state.entry_writer.EntryWriter`. A txn applies whole or not at all,
+and its writes are consecutive records of one batch, appended and written to
+LMDB together with the rest of the entry. Producers' states are written once
+per entry, after its commands.
+
+An :class:`node.state.commands.AuditCut` writes nothing. After the whole entry
+holding it is applied (its LMDB transaction committed), :attr:`StateMachine.audit_hook`,
+if the composition root set one, is called on this (the apply) thread with
+the audit id, the split points and a :class:`node.storage.lmdb_store.DetachedView`
+opened right then: the state as of exactly that raft index, the same on every
+replica. The hook owns the view (it must close it) and must return at once:
+the export runs on another thread (node/audit/jobs.py).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from node.errors import EntryDecodeError
+from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
+from node.state.commands import (
+    Append,
+    AuditCut,
+    Barrier,
+    Batch,
+    Command,
+    Delete,
+    ExpireProducers,
+    Incr,
+    InitProducer,
+    Produced,
+    Put,
+    RemoveMember,
+    SetMember,
+    Txn,
+    decode_entry,
+)
+from node.state.deciders import (
+    decide_counter,
+    decide_member,
+    decide_txn,
+    key_refusal,
+    value_refusal,
+)
+from node.state.entry_writer import EntryWriter
+from node.state.producer_apply import decide_expire, decide_init, decide_produced
+from node.state.producers import ProducerState
+from node.state.results import CommandResult, ResultCode
+from node.storage.commit_log import CommitLog
+from node.storage.lmdb_store import Change, DetachedView, LmdbStore, ReadView, StoredValue
+from node.storage.record import Record, RecordOp
+from node.storage.recovery import NodeStorage
+from node.storage.replay import replay
+
+logger = logging.getLogger(__name__)
+
+_RECENT_RESULTS = 1024
+_KNOWN_PRODUCERS = 100_000
+"""Decoded producer states kept between entries (a few hundred bytes each)."""
+_ALREADY_APPLIED = (
+    CommandResult(ResultCode.ALREADY_APPLIED, message="entry was applied before this call"),
+)
+
+AuditHook = Callable[[str, tuple[bytes, ...], DetachedView], None]
+"""Called with (audit id, split points, a detached view of the cut); owns the view."""
+
+
+class StateMachine:
+    def __init__(self, commit_log: CommitLog, store: LmdbStore, max_value_bytes: int) -> None:
+        self._log = commit_log
+        self._store = store
+        self._max_value_bytes = max_value_bytes
+        self._recent: OrderedDict[int, tuple[CommandResult, ...]] = OrderedDict()
+        # Producer states decoded by earlier entries: id -> (record version, state).
+        self._producers: dict[int, tuple[int, ProducerState]] = {}
+        self._audits: list[AuditCut] = []
+        self.audit_hook: AuditHook | None = None
+        """Set by the composition root; see the module docs."""
+
+    @classmethod
+    def over(cls, storage: NodeStorage) -> StateMachine:
+        """The state machine applying to an opened data directory's log and LMDB."""
+        return cls(storage.commit_log, storage.store, storage.config.max_value_bytes)
+
+    @property
+    def applied_index(self) -> int:
+        return self._store.applied_index
+
+    @property
+    def applied_offset(self) -> int:
+        return self._store.applied_offset
+
+    def apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
+        """Apply one raft entry; an index at or below the applied one changes nothing.
+
+        For a skipped index the results are the ones computed the first time if
+        this process still remembers them, else a single ALREADY_APPLIED result.
+        """
+        if self._log.last_offset > self._store.applied_offset:
+            # An earlier apply appended to the log but failed before LMDB
+            # committed (and raft is retrying): bring LMDB up to the log first,
+            # so the retry is recognised instead of writing the records twice.
+            logger.warning("LMDB is behind the commit log; replaying before applying")
+            replay(self._log, self._store)
+        if raft_index <= self._store.applied_index:
+            return self._recent.get(raft_index, _ALREADY_APPLIED)
+        # Applying a large batch allocates thousands of short-lived, acyclic
+        # objects; letting the cyclic GC scan them all costs a quarter of the
+        # apply time, so it waits until the entry is done.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._apply_new(raft_index, entry)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _apply_new(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
+        self._audits.clear()
+        try:
+            batch = decode_entry(entry)
+        except EntryDecodeError as exc:
+            logger.error("raft entry %d cannot be decoded, applied as a no-op: %s", raft_index, exc)
+            results: tuple[CommandResult, ...] = (
+                CommandResult(ResultCode.MALFORMED_ENTRY, message=str(exc)),
+            )
+            records: list[Record] = []
+            changes: list[Change] = []
+            flushed: dict[int, tuple[int, ProducerState]] = {}
+        else:
+            with self._store.reader() as view:
+                results, records, changes, flushed = self._decide(raft_index, batch, view)
+        self._log.append(records)
+        applied_offset = records[-1].offset if records else self._store.applied_offset
+        self._store.write(changes, raft_index, applied_offset)
+        self._remember(raft_index, results)
+        if flushed:
+            self._remember_producers(flushed)
+        if self._audits:
+            self._start_audits(raft_index)
+        return results
+
+    def _start_audits(self, raft_index: int) -> None:
+        """Hand each audit of the entry just applied a view of exactly this state.
+        Never raises: the entry is applied, and an audit is not worth a retry."""
+        audits, self._audits = self._audits, []
+        hook = self.audit_hook
+        if hook is None:
+            logger.info("raft entry %d holds an audit snapshot; no exporter is set", raft_index)
+            return
+        for audit in audits:
+            try:
+                view = self._store.open_detached()
+            except Exception:
+                logger.exception("audit %s: cannot open a read view of the cut", audit.audit_id)
+                continue
+            try:
+                hook(audit.audit_id, audit.split_points, view)
+            except Exception:
+                logger.exception("audit %s: the exporter refused the cut", audit.audit_id)
+                view.close()
+
+    def _remember_producers(self, flushed: dict[int, tuple[int, ProducerState]]) -> None:
+        """Keep the states written by an applied entry, decoded, for the next ones."""
+        if len(self._producers) + len(flushed) > _KNOWN_PRODUCERS:
+            self._producers.clear()
+        self._producers.update(flushed)
+
+    def _remember(self, raft_index: int, results: tuple[CommandResult, ...]) -> None:
+        self._recent[raft_index] = results
+        if len(self._recent) > _RECENT_RESULTS:
+            self._recent.popitem(last=False)
+
+    def _decide(
+        self, raft_index: int, batch: Batch, view: ReadView
+    ) -> tuple[
+        tuple[CommandResult, ...],
+        list[Record],
+        list[Change],
+        dict[int, tuple[int, ProducerState]],
+    ]:
+        writer = EntryWriter(
+            raft_index, batch.timestamp_ms, self._log.next_offset, view, self._producers
+        )
+        results = self._decide_commands(writer, batch.commands)
+        if writer.dirty_producers:
+            writer.flush_producers()
+        changes = list(writer.pending.items())
+        return tuple(results), writer.records, changes, writer.flushed_producers
+
+    def _decide_commands(
+        self, writer: EntryWriter, commands: Sequence[Command]
+    ) -> list[CommandResult]:
+        """Plain puts and deletes are decided inline (the hot path: batches of
+        thousands); every other command goes to its decider."""
+        raft_index = writer.raft_index
+        timestamp_ms = writer.timestamp_ms
+        view = writer.view
+        pending = writer.pending
+        records = writer.records
+        offset = writer.offset
+        results: list[CommandResult] = []
+        for command in commands:
+            kind = type(command)  # exact type tests: the cheapest dispatch on the hot path
+            if kind is not Put and kind is not Delete:
+                writer.offset = offset
+                results.append(self._decide_other(writer, command))
+                offset = writer.offset
+                continue
+            command = cast(Put | Delete, command)  # `kind` told: mypy cannot see it
+            key = command.key
+            if (
+                not (0 < len(key) <= MAX_KEY_BYTES)
+                or key.startswith(RESERVED_PREFIX)
+                or (kind is Put and len(cast(Put, command).value) > self._max_value_bytes)
+            ):
+                results.append(self._refusal(command))
+                continue
+            current = pending[key] if key in pending else view.get(key)
+            current_version = 0 if current is None else current.version
+            expected = command.expected_version
+            if expected is not None and expected != current_version:
+                results.append(
+                    CommandResult(
+                        ResultCode.VERSION_CONFLICT,
+                        current_version=current_version,
+                        message=f"expected version {expected}, found {current_version}",
+                    )
+                )
+                continue
+            if kind is Put:
+                value = cast(Put, command).value
+                create = offset if current is None else current.create_version
+                pending[key] = StoredValue(offset, create, value)
+                records.append(
+                    Record(offset, raft_index, timestamp_ms, RecordOp.PUT, key, value, create)
+                )
+            else:
+                if current is None:
+                    results.append(CommandResult(ResultCode.NOT_FOUND, message="no such key"))
+                    continue
+                pending[key] = None
+                records.append(Record(offset, raft_index, timestamp_ms, RecordOp.DELETE, key))
+            results.append(CommandResult(ResultCode.OK, version=offset))
+            offset += 1
+        writer.offset = offset
+        return results
+
+    def _decide_other(self, writer: EntryWriter, command: Command) -> CommandResult:
+        if isinstance(command, Barrier):
+            return CommandResult(ResultCode.OK, version=writer.offset - 1)
+        if isinstance(command, Txn):
+            return decide_txn(writer, command, self._max_value_bytes)
+        if isinstance(command, Incr | Append):
+            return decide_counter(writer, command, self._max_value_bytes)
+        if isinstance(command, Produced):
+            return decide_produced(writer, command, self._decide_one)
+        if isinstance(command, InitProducer):
+            return decide_init(writer, command)
+        if isinstance(command, ExpireProducers):
+            return decide_expire(writer)
+        if isinstance(command, SetMember | RemoveMember):
+            return decide_member(writer, command)
+        if isinstance(command, AuditCut):
+            # Exported once the whole entry is applied (_start_audits); the answer
+            # carries the entry's raft index, where every replica cuts.
+            self._audits.append(command)
+            return CommandResult(
+                ResultCode.OK, version=writer.offset - 1, value=str(writer.raft_index).encode()
+            )
+        if isinstance(command, Put | Delete):
+            return self._decide_one(writer, command)
+        raise AssertionError(f"no decider for {type(command).__name__}")
+
+    def _decide_one(self, writer: EntryWriter, command: Command) -> CommandResult:
+        return self._decide_commands(writer, (command,))[0]
+
+    def _refusal(self, command: Put | Delete) -> CommandResult:
+        refusal = key_refusal(command.key)
+        if refusal is None and isinstance(command, Put):
+            refusal = value_refusal(command.value, self._max_value_bytes)
+        if refusal is None:
+            raise AssertionError(f"no reason to refuse {command!r:.100}")
+        return refusal

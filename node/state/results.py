@@ -1,0 +1,89 @@
+"""The outcome of one applied command.
+
+apply() reports business outcomes (a failed compare-and-set, a key that is
+too long) as results, never as exceptions: an exception inside a raft apply
+would make the node retry the same entry forever.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+
+class ResultCode(enum.Enum):
+    OK = "ok"
+    NOT_FOUND = "not_found"
+    VERSION_CONFLICT = "version_conflict"
+    INVALID_KEY = "invalid_key"
+    RESERVED_KEY = "reserved_key"
+    VALUE_TOO_LARGE = "value_too_large"
+    MALFORMED_ENTRY = "malformed_entry"
+    ALREADY_APPLIED = "already_applied"
+    TXN_TOO_LARGE = "txn_too_large"
+    NOT_AN_INTEGER = "not_an_integer"
+    INTEGER_OVERFLOW = "integer_overflow"
+    # Idempotent producers (node/state/producers.py).
+    UNKNOWN_PRODUCER = "unknown_producer"
+    PRODUCER_FENCED = "producer_fenced"
+    OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
+    DUPLICATE_SEQUENCE_TOO_OLD = "duplicate_sequence_too_old"
+    # Reported by the raft layer, never by apply: the node is stalled (its state
+    # is known to miss entries) and applies nothing.
+    NODE_STALLED = "node_stalled"
+
+
+class OpResult(NamedTuple):
+    """What one op of a txn did, in the order the ops ran.
+
+    - ``put``: ``found`` is True, ``version`` the offset written,
+      ``create_version`` the key's create version after the put (equal to
+      ``version`` when the put created the key).
+    - ``delete``: ``found`` says whether the key existed; ``version`` is the
+      tombstone's offset, 0 when there was nothing to delete (no record).
+    - ``get``: the key as the txn saw it at that point (after the earlier ops of
+      the same branch): ``found``, ``version``, ``create_version``, ``value``.
+    - ``incr``: like ``put``, and ``value`` is the new integer as decimal text.
+    - ``append``: like ``put``; ``value`` is the new length as decimal text.
+    """
+
+    op: str
+    key: bytes
+    found: bool
+    version: int
+    create_version: int = 0
+    value: bytes = b""
+
+
+class CommandResult(NamedTuple):
+    """``version`` is the offset the command wrote (or, for a barrier, the applied
+    offset); ``current_version`` is the key's version when a condition failed.
+
+    For a txn that ran (code OK), ``succeeded`` says whether its compares all
+    held (the success branch ran) or not (the failure branch ran),
+    ``op_results`` has one :class:`OpResult` per op of that branch, and
+    ``version`` is the offset of its last write, or the last offset assigned
+    before it when it wrote nothing. Every other command leaves both fields
+    at their defaults; a refused txn (invalid key, too large) has code != OK.
+
+    ``value`` is, for an incr, the new integer and, for an append, the new
+    length, both as decimal text; for an audit snapshot, the raft index of
+    its entry (where every replica cuts). An init producer sets ``producer_id`` and
+    ``epoch``. ``duplicate`` marks the cached result of an idempotent
+    producer's sequence that was applied before (nothing was applied again).
+    """
+
+    code: ResultCode
+    version: int = 0
+    current_version: int = 0
+    message: str = ""
+    succeeded: bool = True
+    op_results: tuple[OpResult, ...] = ()
+    value: bytes = b""
+    producer_id: int = 0
+    epoch: int = 0
+    duplicate: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ResultCode.OK

@@ -1,0 +1,1 @@
+"""Developer tools for rkv's own tree (not shipped in the distribution)."""

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 from node.service.kv import Consistency, ScanPage
-from node.service.types import CompactionResult, Record, SnapshotHeader, StoredValue
+from node.service.types import CompactionResult, Record, StoredValue
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
+
+
+class SnapshotSource(Protocol):
+    """A snapshot being read (node/snapshot/stream.py): its point and its chunks."""
+
+    applied_index: int
+    applied_offset: int
+
+    def next_chunk(self, timeout: float | None = None) -> bytes:
+        """The next chunk, b"" at the end; queue.Empty after ``timeout``."""
+        ...
+
+    def cancel(self) -> None: ...
 
 
 class KvApi(Protocol):
@@ -89,8 +102,8 @@ class KvApi(Protocol):
         max_bytes: int = ...,
     ) -> tuple[list[Record], int]: ...
 
-    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
-        """Blocking: the state as a snapshot file at position 0; the caller closes it."""
+    def open_snapshot_stream(self) -> SnapshotSource:
+        """Blocking: the state as a snapshot, streamed as it is read; cancel it when done."""
         ...
 
     def status(self) -> dict[str, Any]: ...

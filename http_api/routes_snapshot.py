@@ -1,43 +1,50 @@
-"""GET /v1/snapshot: this node's whole state as a snapshot file.
+"""GET /v1/snapshot: this node's whole state as a snapshot, streamed as it is read.
 
-Body: the snapshot format of node/snapshot/file.py (header, one commit-log
-framed put per key, internal keys included, trailer with a SHA-256),
-content type application/octet-stream, with a Content-Length. Headers:
-Rkv-Snapshot-Index and Rkv-Snapshot-Offset, the applied raft index and offset
-the state reflects (a follower may be behind the leader).
+Body: the snapshot format of node/snapshot/format.py (header, one commit-log
+framed put per key, internal keys included, trailer with a SHA-256), content
+type application/octet-stream, sent chunked (no Content-Length: the bytes leave
+as LMDB is read, nothing is staged on the node's disk; the trailer's count and
+SHA-256 tell a reader the body is whole). Headers: Rkv-Snapshot-Index and
+Rkv-Snapshot-Offset, the applied raft index and offset the state reflects (a
+follower may be behind the leader).
 
-The export is first written to a temporary file in the data directory
-(LMDB and file work run in a worker thread, never on the event loop), then
-streamed from it, so a slow download does not hold LMDB's read transaction
-open. One export at a time per node: another request waits up to
+The export runs in a worker thread from one detached LMDB read view
+(node/snapshot/stream.py) at the node's snapshot rate; a client that reads
+slowly slows it, one that leaves or a node that stops ends it at its next
+chunk. One export at a time per node: another request waits up to
 ``_QUEUE_WAIT_SECONDS`` for the running one to finish, then gets 503
-``overloaded`` with Retry-After.
+``overloaded`` with Retry-After. An export that fails after its first byte
+(the map grew under it) ends the connection without the trailer, which
+every reader notices.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import BinaryIO
+import functools
+import logging
+import queue
 
 from aiohttp import web
 
-from http_api.kv_api import KvApi
+from http_api.kv_api import KvApi, SnapshotSource
 from node.errors import Overloaded
 from node.service.types import SNAPSHOT_CONTENT_TYPE as CONTENT_TYPE
-from node.service.types import SnapshotHeader
 
-_CHUNK_BYTES = 1024 * 1024
+logger = logging.getLogger(__name__)
+
 _QUEUE_WAIT_SECONDS = 10.0
+_POLL_SECONDS = 0.5
+
+
+def _abandon(slot: asyncio.Lock, opening: asyncio.Future[SnapshotSource]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().cancel()
+    slot.release()
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     slot = asyncio.Lock()
-
-    def finished(export: asyncio.Future[tuple[SnapshotHeader, BinaryIO]]) -> None:
-        """An export whose request went away: close its file, allow the next one."""
-        slot.release()
-        if not export.cancelled() and export.exception() is None:
-            export.result()[1].close()
 
     async def read_snapshot(request: web.Request) -> web.StreamResponse:
         try:
@@ -47,38 +54,45 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
             error.retry_after = 5.0
             raise error from None
         kv = request.app[service_key]
-        # LMDB and file work in a worker thread. If the client leaves meanwhile, the
-        # thread still finishes: its file is closed (and the slot freed) only then.
-        export = asyncio.ensure_future(asyncio.to_thread(kv.export_snapshot_file))
+        opening = asyncio.ensure_future(asyncio.to_thread(kv.open_snapshot_stream))
         try:
-            header, spool = await asyncio.shield(export)
+            stream = await asyncio.shield(opening)
         except asyncio.CancelledError:
-            export.add_done_callback(finished)
+            # The client left while the view was being opened: end the stream once it
+            # exists, and only then take the next request.
+            opening.add_done_callback(functools.partial(_abandon, slot))
             raise
         except BaseException:
             slot.release()
             raise
         try:
-            size = await asyncio.to_thread(spool.seek, 0, 2)
-            await asyncio.to_thread(spool.seek, 0)
             response = web.StreamResponse(
                 headers={
                     "Content-Type": CONTENT_TYPE,
-                    "Content-Length": str(size),
                     "Content-Disposition": (
-                        f'attachment; filename="rkv-{header.applied_index}.snapshot"'
+                        f'attachment; filename="rkv-{stream.applied_index}.snapshot"'
                     ),
-                    "Rkv-Snapshot-Index": str(header.applied_index),
-                    "Rkv-Snapshot-Offset": str(header.applied_offset),
+                    "Rkv-Snapshot-Index": str(stream.applied_index),
+                    "Rkv-Snapshot-Offset": str(stream.applied_offset),
                 }
             )
+            response.enable_chunked_encoding()
             await response.prepare(request)
-            while chunk := await asyncio.to_thread(spool.read, _CHUNK_BYTES):
+            while True:
+                try:
+                    chunk = await asyncio.to_thread(stream.next_chunk, _POLL_SECONDS)
+                except queue.Empty:
+                    continue
+                if not chunk:
+                    break
                 await response.write(chunk)
             await response.write_eof()
             return response
+        except (ConnectionResetError, asyncio.CancelledError):
+            logger.info("a snapshot download ended early: the client went away")
+            raise
         finally:
-            spool.close()
+            stream.cancel()
             slot.release()
 
     app.router.add_route("GET", "/v1/snapshot", read_snapshot)

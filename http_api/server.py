@@ -9,6 +9,7 @@ from http_api.kv_api import KvApi
 from http_api.routes_audit import AuditApi
 
 MAX_LINE_BYTES = 64 * 1024
+SHUTDOWN_SECONDS = 1.0
 
 
 class HttpServer:
@@ -24,6 +25,9 @@ class HttpServer:
             handle_signals=False,
             max_line_size=MAX_LINE_BYTES,
             max_field_size=MAX_LINE_BYTES,
+            # On SIGTERM, open streams (snapshot downloads, watches) get this long to
+            # end before their handlers are cancelled.
+            shutdown_timeout=SHUTDOWN_SECONDS,
         )
         self._host = host
         self._port = port

@@ -37,6 +37,9 @@ class RaftConfig:
     # entries, or this many seconds.
     compaction_min_entries: int = 5000
     compaction_min_seconds: int = 300
+    # ... or once its entries hold this many bytes (raft/journal.py keeps them on disk
+    # only; the file stays within about twice this).
+    compaction_max_bytes: int = 64 * 1024 * 1024
     # Group commit and backpressure.
     max_commands_per_entry: int = 1000
     max_entries_in_flight: int = 4
@@ -65,6 +68,8 @@ class RaftConfig:
             raise ConfigError("leader_fallback_timeout must exceed the heartbeat interval")
         if self.compaction_min_entries < 2 or self.compaction_min_seconds < 1:
             raise ConfigError("compaction thresholds must be at least 2 entries and 1 second")
+        if not 1024 * 1024 <= self.compaction_max_bytes <= 1024**3:
+            raise ConfigError("the raft journal's compaction bytes must be 1 MiB to 1 GiB")
         if self.max_commands_per_entry < 1 or self.max_entries_in_flight < 1:
             raise ConfigError("batch and in-flight limits must be positive")
         if self.proposal_timeout <= 0:

@@ -31,11 +31,12 @@ from pysyncobj import SyncObjConf
 from node.errors import NotApplied
 from node.state.commands import Command
 from node.state.machine import StateMachine
-from node.state.results import CommandResult, ResultCode
+from node.state.results import CommandResult
 from node.storage.recovery import NodeStorage
 from raft.ack_syncer import AckSyncer
 from raft.config import Member, RaftConfig
-from raft.marker import CatchUp, RaftMarkers
+from raft.gap import CatchUp, GapFiller
+from raft.marker import RaftMarkers
 from raft.membership import Membership
 from raft.outcomes import outcome
 from raft.proposer import GroupCommitProposer
@@ -43,17 +44,19 @@ from raft.syncobj_node import RkvSyncObj
 
 logger = logging.getLogger(__name__)
 
+_JOINING = "joining"
+_BEHIND = "catching up"
+
 JOURNAL_FILE = "raft.journal"
 MARKER_FILE = "raft.marker"
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+_NEXT_INDEX = "next_node_idx_server_"  # pysyncobj getStatus() keys
+_MATCH_INDEX = "match_idx_server_"
 # A node further behind the leader's commit index than this is not ready.
 _READY_LAG_ENTRIES = 100
 # How often proposal deadlines are enforced: a write waits at most
 # proposal_timeout plus this.
 _SWEEP_SECONDS = 0.25
-_STALLED_RESULT = (
-    CommandResult(ResultCode.NODE_STALLED, message="this node is stalled and applies nothing"),
-)
 
 
 class RaftConsensus:
@@ -68,7 +71,6 @@ class RaftConsensus:
         self._storage = storage
         self._machine = machine
         self._holding_elections = False
-        self._stalled: str | None = None
         self._storage_error: str | None = None
         self._acks: list[tuple[int, Any, int]] = []
         self._calls: list[Callable[[], None]] = []
@@ -87,14 +89,8 @@ class RaftConsensus:
         self._membership = Membership(
             config, storage, lambda: self._syncobj, self.leader_http_url, self.propose
         )
-        self._markers = RaftMarkers(
-            storage,
-            config.self_member.node_id,
-            catch_up,
-            self.catch_up_sources,
-            self._stall,
-            self._caught_up,
-        )
+        self._gap = GapFiller(storage, catch_up, self.catch_up_sources, self._caught_up)
+        self._markers = RaftMarkers(storage, config.self_member.node_id, self._gap)
         # Called on the raft thread with the number of records pulled, after a
         # catch-up from the leader's log (the composition root compacts then).
         self.catch_up_listeners: list[Callable[[int], None]] = []
@@ -147,18 +143,19 @@ class RaftConsensus:
                 conf,
                 self._apply,
                 amnesiac=amnesiac,
+                journal_max_bytes=cfg.compaction_max_bytes,
+                holding=self._gap.holding,
             ),
         )
         if cfg.joining:
-            self._syncobj.hold_elections()
+            self._syncobj.hold_elections(_JOINING)
             self._holding_elections = True
         self._syncobj.addOnTickCallback(self._on_tick)
-        if self._stalled is not None:
-            self._syncobj.stop_campaigning()
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def stop(self) -> None:
         self._proposer.fail_pending(NotApplied("the node is shutting down"))
+        await asyncio.get_running_loop().run_in_executor(None, self._gap.stop)
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -179,8 +176,6 @@ class RaftConsensus:
     # -- the raft thread ------------------------------------------------------------
 
     def _apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
-        if self._stalled is not None:
-            return _STALLED_RESULT
         try:
             results = self._machine.apply(raft_index, entry)
         except Exception as exc:
@@ -197,15 +192,6 @@ class RaftConsensus:
     def _caught_up(self, pulled: int) -> None:
         for listener in self.catch_up_listeners:
             listener(pulled)
-
-    def _stall(self, reason: str) -> None:
-        if self._stalled is None:
-            logger.error("STALLED: %s", reason)
-        self._stalled = reason
-        # A node missing entries must never lead: it would answer nothing and
-        # redirect leader reads to itself.
-        if self._syncobj is not None:
-            self._syncobj.stop_campaigning()
 
     def _on_result(self, entry_id: int, result: Any, error: int) -> None:
         with self._acks_lock:
@@ -229,18 +215,21 @@ class RaftConsensus:
         await asyncio.wait_for(done, self._config.proposal_timeout)
 
     def _on_tick(self) -> None:
-        with self._acks_lock:
-            calls, self._calls = self._calls, []
-        for call in calls:
-            call()
         assert self._syncobj is not None
-        if (
-            self._holding_elections
-            and self._stalled is None
-            and self._syncobj.leader_address() is not None
-        ):
+        if self._gap.holding():
+            # A node missing entries must never lead (it would answer nothing and
+            # redirect leader reads to itself), and the calls that touch storage
+            # wait: the gap filler is writing it.
+            self._syncobj.hold_elections(_BEHIND)
+        else:
+            self._syncobj.release_elections(_BEHIND)
+            with self._acks_lock:
+                calls, self._calls = self._calls, []
+            for call in calls:
+                call()
+        if self._holding_elections and self._syncobj.leader_address() is not None:
             self._holding_elections = False
-            self._syncobj.release_elections()
+            self._syncobj.release_elections(_JOINING)
         # At the end of every tick: entries this node appended during the tick
         # (as leader) are made durable while the followers work on them, so the
         # acknowledgement below rarely waits for the journal.
@@ -316,8 +305,15 @@ class RaftConsensus:
         leader = self.leader()
         return None if leader is None else leader.http_url
 
+    def stuck_reason(self) -> str | None:
+        """Why this node is stuck: a gap it failed to fill so far (it retries), or a
+        failing apply (retried each tick); /v1/status shows it as ``stalled``."""
+        return self._gap.stalled or self._storage_error
+
     def stalled_reason(self) -> str | None:
-        return self._stalled or self._storage_error
+        """Why this node's state cannot be trusted now (it is stuck, or filling a gap
+        behind a raft marker), so that it serves no reads; None if it may."""
+        return self.stuck_reason() or self._gap.behind
 
     def ready(self) -> bool:
         syncobj = self._syncobj
@@ -347,6 +343,14 @@ class RaftConsensus:
             }
             for m in self.members()
         ]
+        # A leader's view of each follower's log (by the address it dials): the next
+        # index it sends from and the highest index it knows the follower holds.
+        progress: dict[str, dict[str, Any]] = {}
+        for key, value in raw.items():
+            if key.startswith(_NEXT_INDEX):
+                address = key.removeprefix(_NEXT_INDEX)
+                match = raw.get(_MATCH_INDEX + address)
+                progress[address] = {"next_index": value, "match_index": match}
         return {
             "id": me.node_id,
             "url": me.http_url,
@@ -359,7 +363,7 @@ class RaftConsensus:
             "has_quorum": raw["has_quorum"],
             "raft_log_entries": raw["log_len"],
             "role_changes": self.role_changes,
-            "stalled": self.stalled_reason(),
+            "stalled": self.stuck_reason(),
             "ready": self.ready(),
             "proposals": {
                 "waiting": self._proposer.commands_waiting,
@@ -367,6 +371,7 @@ class RaftConsensus:
                 "commands_submitted": self._proposer.commands_submitted,
             },
             "members": members,
+            "followers": progress if raw["state"] == 2 else {},
             "membership_change_pending": syncobj.membership_change_pending(),
             "time": time.time(),
         }

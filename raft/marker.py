@@ -8,10 +8,10 @@ log, so nothing large is ever pickled or sent.
 
 When a follower receives a leader's marker (install snapshot), pysyncobj
 believes the follower has caught up to the marker's index. If this node's
-state has not reached the marker's offset, entries are missing here: the node
-installs the leader's state (replication/pull/catch_up.py) before any later entry is
-applied. Only if that fails does it stall (apply nothing more, report itself
-not ready) rather than silently serve a state with holes.
+state has not reached the marker's offset, entries are missing here: the gap
+filler (raft/gap.py) brings the state there on its own thread, and no later
+entry is applied, no read served and no election stood for until it has; it
+retries until it succeeds rather than ever serve a state with holes.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ import base64
 import json
 import logging
 import os
-from collections.abc import Callable
 from typing import Any
 
 from pysyncobj.node import TCPNode
 
-from node.errors import ReplicationError, SnapshotFormatError, StorageError
 from node.storage.recovery import NodeStorage
+from raft.gap import GapFiller
 
 logger = logging.getLogger(__name__)
 
@@ -42,38 +41,21 @@ def _entry_from_json(raw: list[Any]) -> tuple[bytes, int, int]:
     return base64.b64decode(raw[0]), int(raw[1]), int(raw[2])
 
 
-CatchUp = Callable[[NodeStorage, str, int, int], int]
-"""(storage, source URL, raft index, offset) -> records pulled or keys installed: brings
-the state up to a marker ahead of it (replication/pull/catch_up.py; raises ReplicationError,
-SnapshotFormatError, StorageError or OSError). The composition root supplies it."""
-
-
 class RaftMarkers:
-    def __init__(  # noqa: PLR0917 (each callback is a distinct seam)
-        self,
-        storage: NodeStorage,
-        node_id: str,
-        catch_up: CatchUp,
-        sources: Callable[[str], list[str]],
-        on_gap: Callable[[str], None],
-        on_caught_up: Callable[[int], None],
-    ) -> None:
+    def __init__(self, storage: NodeStorage, node_id: str, gap: GapFiller) -> None:
         self._storage = storage
         self._node_id = node_id
-        self._catch_up = catch_up
-        self._sources = sources
-        self._on_gap = on_gap
-        self._on_caught_up = on_caught_up
-        self._gap: str | None = None
+        self._gap = gap
 
     def serialize(self, file_name: str, data: Any) -> None:
         """pysyncobj's serializer hook: ``data`` is (last entry, previous entry, members)."""
-        if self._gap is not None:
+        behind = self._gap.behind
+        if behind is not None:
             # The state here is missing entries pysyncobj counts as applied: a marker
             # written now would claim that state is complete, and a restart would
             # then build on it. Refusing keeps the marker that shows the gap (the
-            # journal keeps growing until the node is rebuilt).
-            raise RuntimeError(f"no raft marker while stalled: {self._gap}")
+            # journal keeps growing until the gap is filled).
+            raise RuntimeError(f"no raft marker while stalled: {behind}")
         last_entry, prev_entry, cluster = data
         storage = self._storage
         # The commit log is what makes the state durable; LMDB is rebuilt from it
@@ -116,29 +98,10 @@ class RaftMarkers:
     def _check_gap(self, marker: dict[str, Any]) -> None:
         store = self._storage.store
         index, offset = int(marker["raft_index"]), int(marker["applied_offset"])
-        if offset > store.applied_offset:
-            gap = (
-                f"a snapshot from {marker.get('node')} at raft index {index} (offset {offset}) "
-                f"is ahead of this node's state (raft index {store.applied_index}, offset "
-                f"{store.applied_offset})"
-            )
-            failures: list[str] = []
-            for source in self._sources(str(marker.get("node"))):
-                try:
-                    installed = self._catch_up(self._storage, source, index, offset)
-                except (ReplicationError, SnapshotFormatError, StorageError, OSError) as exc:
-                    logger.warning("catching up from %s failed: %s", source, exc)
-                    failures.append(f"{source}: {exc}")
-                else:
-                    self._on_caught_up(installed)
-                    return
-            reason = "; ".join(failures) or "no other member is known"
-            self._gap = gap
-            self._on_gap(
-                f"{gap}; installing another member's state failed ({reason}): entries are "
-                "missing here, so this node applies nothing more and serves no reads until "
-                "it is rebuilt (restarting it retries)"
-            )
+        if offset > store.applied_offset or self._gap.holding():
+            # Entries are missing here: the gap filler brings the state to the
+            # marker's on its own thread, and nothing later is applied meanwhile.
+            self._gap.open(index, offset, str(marker.get("node")))
         elif index > store.applied_index:
             # The entries in between wrote no records (barriers, failed conditions):
             # this node's state already equals the marker's.

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
+import pysyncobj.syncobj as pysyncobj_core
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.transport import TCPTransport
 
+from raft.journal import DiskJournal
 from raft.transmission import Transmissions
 
 logger = logging.getLogger(__name__)
@@ -29,8 +32,16 @@ EntryApplier = Callable[[int, bytes], Any]
 """Called on the raft thread with (raft index, entry bytes); returns the results."""
 
 
+# pysyncobj builds its journal inside SyncObj.__init__ with the module's
+# createJournal; RkvSyncObj swaps in DiskJournal for that call only.
+_JOURNAL_SWAP = threading.Lock()
+
+
 def journal_fd(journal: Any) -> int | None:
-    """The file descriptor under pysyncobj 0.3.17's memory-mapped FileJournal."""
+    """The file descriptor under the memory-mapped journal (DiskJournal, or
+    pysyncobj 0.3.17's FileJournal)."""
+    if isinstance(journal, DiskJournal):
+        return journal.fileno()
     mapped = getattr(journal, "_FileJournal__journalFile", None)
     file = getattr(mapped, "_ResizableFile__f", None)
     return None if file is None else int(file.fileno())
@@ -59,6 +70,8 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         applier: EntryApplier,
         *,
         amnesiac: bool = False,
+        journal_max_bytes: int | None = None,
+        holding: Callable[[], bool] = lambda: False,
     ) -> None:
         # Set before SyncObj.__init__: its thread may replay the journal at once.
         self._rkv_amnesiac = amnesiac
@@ -68,7 +81,42 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self._rkv_applier = applier
         self._rkv_synced: tuple[int, int] | None = None
         self._rkv_timeouts: tuple[float, float] | None = None
-        super().__init__(self_address, partner_addresses, conf, transportClass=DurableTransport)
+        self._rkv_election_holds: set[str] = set()
+        self._rkv_holding = holding
+        with _JOURNAL_SWAP:
+            create = pysyncobj_core.createJournal
+            pysyncobj_core.createJournal = lambda path: DiskJournal(path) if path else create(path)
+            try:
+                super().__init__(
+                    self_address, partner_addresses, conf, transportClass=DurableTransport
+                )
+            finally:
+                pysyncobj_core.createJournal = create
+        if journal_max_bytes is not None:
+            self.addOnTickCallback(lambda: self._compact_journal_past(journal_max_bytes))
+
+    def _compact_journal_past(self, max_bytes: int) -> None:
+        """On the raft thread, each tick: ask for a raft marker (pysyncobj's log
+        compaction) once the journal holds more than ``max_bytes``. pysyncobj
+        compacts up to the applied index and skips a request it cannot serve yet."""
+        journal = getattr(self, "_SyncObj__raftLog", None)
+        if isinstance(journal, DiskJournal) and journal.size_bytes > max_bytes:
+            self.forceLogCompaction()
+
+    @property
+    def journal_bytes(self) -> int:
+        """The bytes the raft journal holds (0 when it is not a DiskJournal)."""
+        journal = getattr(self, "_SyncObj__raftLog", None)
+        return journal.size_bytes if isinstance(journal, DiskJournal) else 0
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        """pysyncobj's applying of committed entries, skipped while ``holding()``: the
+        state has a gap before them (raft/gap.py). Entries keep arriving and being
+        acknowledged into the journal meanwhile."""
+        if self._rkv_holding():
+            return False
+        applied: bool = super()._SyncObj__applyLogEntries()
+        return applied
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, entry: bytes) -> Any:
@@ -202,36 +250,29 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         index, term = (entries[-1][1], entries[-1][2]) if entries else (prev_index, prev_term)
         return {**message, "prevLogIdx": index, "prevLogTerm": term, "entries": []}
 
-    def stop_campaigning(self) -> None:
-        """Never start an election again (this process): a stalled node must not lead.
-
-        pysyncobj draws each election deadline from its conf's timeouts, so
-        pushing them far out stops this node from becoming a candidate; it
-        still follows and votes.
-        """
-        never = 10.0**9
-        self.conf.raftMinTimeout = never
-        self.conf.raftMaxTimeout = never * 2
-        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + never
-        logger.warning("this node will not stand for election any more")
-
-    def hold_elections(self) -> None:
-        """Do not campaign until :meth:`release_elections` (a node joining a cluster
-        must not disturb it with a raised term before it has been added)."""
-        self._rkv_timeouts = (self.conf.raftMinTimeout, self.conf.raftMaxTimeout)
+    def hold_elections(self, reason: str) -> None:
+        """Do not campaign until every reason is released (a node joining a cluster
+        must not disturb it with a raised term before it has been added; a node
+        whose state has a gap must not lead)."""
+        if reason in self._rkv_election_holds:
+            return
+        self._rkv_election_holds.add(reason)
+        if self._rkv_timeouts is None:
+            self._rkv_timeouts = (self.conf.raftMinTimeout, self.conf.raftMaxTimeout)
         never = 10.0**9
         self.conf.raftMinTimeout = never
         self.conf.raftMaxTimeout = never * 2
         self._SyncObj__raftElectionDeadline = pysyncobj_clock() + never
 
-    def release_elections(self) -> None:
+    def release_elections(self, reason: str) -> None:
+        self._rkv_election_holds.discard(reason)
         timeouts = self._rkv_timeouts
-        if timeouts is None:
+        if timeouts is None or self._rkv_election_holds:
             return
         self.conf.raftMinTimeout, self.conf.raftMaxTimeout = timeouts
         self._rkv_timeouts = None
         self._SyncObj__raftElectionDeadline = pysyncobj_clock() + timeouts[1]
-        logger.info("member of the cluster: this node may stand for election again")
+        logger.info("this node may stand for election again")
 
     def cluster_addresses(self) -> list[str]:
         """The raft addresses of every voting member, this node included."""

@@ -18,12 +18,14 @@ from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.state.producers import DEFAULT_EXPIRY_MS
 from node.storage.compaction import CompactionPolicy
 from node.storage.compactor import CompactionTriggers
-from node.storage.config import FsyncPolicy, StorageConfig
+from node.storage.config import DEFAULT_RESULTS_CACHE_BYTES, FsyncPolicy, StorageConfig
 from raft.config import Member, RaftConfig
 
 ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
+DEFAULT_SNAPSHOT_RATE = 64 * 1024 * 1024
+DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,8 @@ class NodeConfig:
     compaction_policy: CompactionPolicy
     compaction_triggers: CompactionTriggers
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
+    snapshot_rate_bytes: int = DEFAULT_SNAPSHOT_RATE
+    transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
     producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
     audit_dir: Path | None = None
@@ -83,7 +87,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--max-value-bytes", help=f"value limit (RKV_MAX_VALUE_BYTES, {DEFAULT_MAX_VALUE_BYTES})")
     add("--segment-bytes", help="commit-log segment size (RKV_SEGMENT_BYTES, 64 MiB)")
+    add(
+        "--results-cache-bytes",
+        help="bytes of applied entries' results kept for raft's redeliveries "
+        f"(RKV_RESULTS_CACHE_BYTES, {DEFAULT_RESULTS_CACHE_BYTES // 2**20} MiB)",
+    )
     add("--raft-compaction-entries", help="journal entries before a raft marker (5000)")
+    add(
+        "--raft-compaction-bytes",
+        help="journal bytes before a raft marker (RKV_RAFT_COMPACTION_BYTES, 64 MiB)",
+    )
     add("--proposal-timeout", help="seconds a write waits for raft (RKV_PROPOSAL_TIMEOUT, 5)")
     add("--log-level", help="DEBUG, INFO, WARNING (RKV_LOG_LEVEL, INFO)")
     add("--tombstone-retention", help="seconds deletes stay in a compacted log (86400)")
@@ -101,6 +114,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--audit-dir",
         help="where consistency-audit exports are written, <audit-dir>/<audit id>/<node id>/: "
         "a local directory or a shared volume (RKV_AUDIT_DIR, default <data-dir>/audit)",
+    )
+    add(
+        "--snapshot-rate",
+        help="bytes per second a snapshot download (a rebuild's) may take from this node; "
+        "0: unlimited (RKV_SNAPSHOT_RATE, 64 MiB)",
+    )
+    add(
+        "--transfer-idle-timeout",
+        help="seconds a catch-up download may receive nothing before it is abandoned and "
+        "retried (RKV_TRANSFER_IDLE_TIMEOUT, 30)",
     )
     add(
         "--watch-keepalive",
@@ -209,6 +232,11 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         # The raft layer fsyncs at its durability point (raft/consensus.py).
         fsync=FsyncPolicy.ON_SYNC,
         max_value_bytes=max_value,
+        results_cache_bytes=_positive_int(
+            _value(args, env, "results_cache_bytes"),
+            "--results-cache-bytes",
+            DEFAULT_RESULTS_CACHE_BYTES,
+        ),
     )
     me = Member(node_id, raft_text, advertise)
     raft = RaftConfig(
@@ -218,6 +246,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         secret=secret,
         compaction_min_entries=_positive_int(
             _value(args, env, "raft_compaction_entries"), "--raft-compaction-entries", 5000
+        ),
+        compaction_max_bytes=_positive_int(
+            _value(args, env, "raft_compaction_bytes"), "--raft-compaction-bytes", 64 * 2**20
         ),
         proposal_timeout=_positive_float(
             _value(args, env, "proposal_timeout"), "--proposal-timeout", 5.0
@@ -245,6 +276,17 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     producer_expiry = _positive_float(
         _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
     )
+    rate_text = _value(args, env, "snapshot_rate")
+    if rate_text is not None and not rate_text.isdigit():
+        raise ConfigError(
+            f"--snapshot-rate must be a number of bytes per second, not {rate_text!r}"
+        )
+    snapshot_rate = DEFAULT_SNAPSHOT_RATE if rate_text is None else int(rate_text)
+    idle_timeout = _positive_float(
+        _value(args, env, "transfer_idle_timeout"),
+        "--transfer-idle-timeout",
+        DEFAULT_TRANSFER_IDLE_TIMEOUT,
+    )
     audit_text = _value(args, env, "audit_dir")
     audit_dir = data_dir / AUDIT_DIR if not audit_text else Path(audit_text)
     return NodeConfig(
@@ -265,4 +307,6 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
         audit_dir=audit_dir,
+        snapshot_rate_bytes=snapshot_rate,
+        transfer_idle_timeout=idle_timeout,
     )

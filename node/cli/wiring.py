@@ -6,6 +6,7 @@ Composition root (nothing imports it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -31,7 +32,12 @@ async def serve(
 ) -> None:
     storage = open_storage(config.data_dir, config.storage)
     machine = StateMachine.over(storage)
-    consensus = RaftConsensus(config.raft, storage, machine, catch_up)
+    consensus = RaftConsensus(
+        config.raft,
+        storage,
+        machine,
+        functools.partial(catch_up, idle_timeout=config.transfer_idle_timeout),
+    )
     # Set before raft starts: an audit entry applied at start-up is exported too.
     exporter = AuditExporter(config.audit_path, config.node_id, storage.commit_log)
     machine.audit_hook = exporter.hook
@@ -70,6 +76,7 @@ async def serve(
             log=storage.commit_log,
             watch_keepalive=config.watch_keepalive,
             producer_expiry_ms=int(config.producer_expiry_seconds * 1000),
+            snapshot_rate_bytes=config.snapshot_rate_bytes,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))

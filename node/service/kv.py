@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol, cast
+from typing import Any, Protocol
 
 from node.errors import (
     Conflict,
@@ -40,7 +39,7 @@ from node.errors import (
     VersionConflict,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
-from node.snapshot.file import SnapshotHeader, export_snapshot
+from node.snapshot.stream import SnapshotStream
 from node.state.commands import (
     Append,
     Command,
@@ -179,8 +178,10 @@ class KvService:
         read_wait_timeout: float = 5.0,
         watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
         producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
+        snapshot_rate_bytes: int = 0,
     ) -> None:
         self._producer_expiry_ms = producer_expiry_ms
+        self._snapshot_rate_bytes = snapshot_rate_bytes
         self._watch_keepalive = watch_keepalive
         self._consensus = consensus
         self._store = store
@@ -445,28 +446,18 @@ class KvService:
 
     # -- snapshots ----------------------------------------------------------------
 
-    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
-        """This node's state as a snapshot file (node/snapshot/file.py), positioned at 0.
-
-        Blocking (LMDB and file I/O): call it off the event loop. The export is
-        spooled to an unnamed temporary file in the data directory (removed by the
-        kernel when closed, even after a crash), so the LMDB read transaction
-        lasts as long as writing the file, not as long as a slow download. The
-        caller closes the file. A stalled node (its state misses entries)
-        refuses with NodeNotReady.
+    def open_snapshot_stream(self) -> SnapshotStream:
+        """This node's state as a snapshot (node/snapshot/format.py), streamed as it is
+        read from one LMDB read view (node/snapshot/stream.py), throttled to the
+        node's snapshot rate. Blocking (it opens the view): call it off the event
+        loop; the caller cancels the stream when it is done with it. A node whose
+        state misses entries (stalled, or catching up) refuses with NodeNotReady.
         """
         reason = self._consensus.stalled_reason()
         if reason is not None:
             raise NodeNotReady(f"this node exports no snapshot: {reason}")
-        # Returned open: the caller closes it.
-        spool = tempfile.TemporaryFile(dir=self._log.directory.parent, prefix=".snapshot-")  # noqa: SIM115
-        try:
-            header = export_snapshot(self._store, cast(BinaryIO, spool))
-            spool.seek(0)
-        except BaseException:
-            spool.close()
-            raise
-        return header, cast(BinaryIO, spool)
+        view = self._store.open_detached(grow_first=False)
+        return SnapshotStream(view, rate_bytes=self._snapshot_rate_bytes)
 
     # -- node state ---------------------------------------------------------------
 

@@ -68,8 +68,9 @@ from node.state.deciders import (
 from node.state.entry_writer import EntryWriter
 from node.state.producer_apply import decide_expire, decide_init, decide_produced
 from node.state.producers import ProducerState
-from node.state.results import CommandResult, ResultCode
+from node.state.results import CommandResult, ResultCode, results_size
 from node.storage.commit_log import CommitLog
+from node.storage.config import DEFAULT_RESULTS_CACHE_BYTES
 from node.storage.lmdb_store import Change, DetachedView, LmdbStore, ReadView, StoredValue
 from node.storage.record import Record, RecordOp
 from node.storage.recovery import NodeStorage
@@ -89,11 +90,22 @@ AuditHook = Callable[[str, tuple[bytes, ...], DetachedView], None]
 
 
 class StateMachine:
-    def __init__(self, commit_log: CommitLog, store: LmdbStore, max_value_bytes: int) -> None:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        store: LmdbStore,
+        max_value_bytes: int,
+        results_cache_bytes: int = DEFAULT_RESULTS_CACHE_BYTES,
+    ) -> None:
         self._log = commit_log
         self._store = store
         self._max_value_bytes = max_value_bytes
-        self._recent: OrderedDict[int, tuple[CommandResult, ...]] = OrderedDict()
+        # Results of the last entries, for raft delivering one again (a retried apply):
+        # at most _RECENT_RESULTS entries and results_cache_bytes bytes. The proposer
+        # gets an entry's results when it is applied; nothing else reads them here.
+        self._recent: OrderedDict[int, tuple[int, tuple[CommandResult, ...]]] = OrderedDict()
+        self._recent_bytes = 0
+        self._results_cache_bytes = results_cache_bytes
         # Producer states decoded by earlier entries: id -> (record version, state).
         self._producers: dict[int, tuple[int, ProducerState]] = {}
         self._audits: list[AuditCut] = []
@@ -103,7 +115,10 @@ class StateMachine:
     @classmethod
     def over(cls, storage: NodeStorage) -> StateMachine:
         """The state machine applying to an opened data directory's log and LMDB."""
-        return cls(storage.commit_log, storage.store, storage.config.max_value_bytes)
+        config = storage.config
+        return cls(
+            storage.commit_log, storage.store, config.max_value_bytes, config.results_cache_bytes
+        )
 
     @property
     def applied_index(self) -> int:
@@ -126,7 +141,8 @@ class StateMachine:
             logger.warning("LMDB is behind the commit log; replaying before applying")
             replay(self._log, self._store)
         if raft_index <= self._store.applied_index:
-            return self._recent.get(raft_index, _ALREADY_APPLIED)
+            remembered = self._recent.get(raft_index)
+            return _ALREADY_APPLIED if remembered is None else remembered[1]
         # Applying a large batch allocates thousands of short-lived, acyclic
         # objects; letting the cyclic GC scan them all costs a quarter of the
         # apply time, so it waits until the entry is done.
@@ -190,9 +206,19 @@ class StateMachine:
         self._producers.update(flushed)
 
     def _remember(self, raft_index: int, results: tuple[CommandResult, ...]) -> None:
-        self._recent[raft_index] = results
-        if len(self._recent) > _RECENT_RESULTS:
-            self._recent.popitem(last=False)
+        size = results_size(results)
+        if size > self._results_cache_bytes:
+            return  # too large to keep: a redelivery answers ALREADY_APPLIED
+        self._recent[raft_index] = (size, results)
+        self._recent_bytes += size
+        while len(self._recent) > _RECENT_RESULTS or self._recent_bytes > self._results_cache_bytes:
+            _, (dropped, _) = self._recent.popitem(last=False)
+            self._recent_bytes -= dropped
+
+    @property
+    def results_cache_bytes(self) -> int:
+        """The estimated bytes of results held for redelivered entries (at most the cap)."""
+        return self._recent_bytes
 
     def _decide(
         self, raft_index: int, batch: Batch, view: ReadView

@@ -55,6 +55,20 @@ class OpResult(NamedTuple):
     value: bytes = b""
 
 
+_RESULT_OVERHEAD = 160
+"""Bytes a result or an op result holds beyond its byte strings (tuple, ints, enum)."""
+
+
+def results_size(results: tuple[CommandResult, ...]) -> int:
+    """An estimate of the memory an entry's results hold, for byte caps."""
+    size = 0
+    for result in results:
+        size += _RESULT_OVERHEAD + len(result.message) + len(result.value)
+        for op in result.op_results:
+            size += _RESULT_OVERHEAD + len(op.key) + len(op.value)
+    return size
+
+
 class CommandResult(NamedTuple):
     """``version`` is the offset the command wrote (or, for a barrier, the applied
     offset); ``current_version`` is the key's version when a condition failed.

@@ -26,6 +26,11 @@ class FsyncPolicy(enum.Enum):
     ON_SYNC = "on_sync"
 
 
+DEFAULT_RESULTS_CACHE_BYTES = 8 * 1024 * 1024
+"""The most bytes of applied entries' results a node keeps for entries raft delivers
+again (node/state/machine.py)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     segment_bytes: int = 64 * 1024 * 1024
@@ -33,6 +38,7 @@ class StorageConfig:
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     lmdb_map_size: int = 256 * 1024 * 1024
+    results_cache_bytes: int = DEFAULT_RESULTS_CACHE_BYTES
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -45,6 +51,10 @@ class StorageConfig:
         if not 1 <= self.max_value_bytes <= 64 * 1024 * 1024:
             raise ConfigError(
                 f"max_value_bytes must be between 1 and 64 MiB, not {self.max_value_bytes}"
+            )
+        if self.results_cache_bytes < 0:
+            raise ConfigError(
+                f"results_cache_bytes must not be negative, not {self.results_cache_bytes}"
             )
         if self.lmdb_map_size < 1024 * 1024:
             raise ConfigError(f"lmdb_map_size must be at least 1 MiB, not {self.lmdb_map_size}")

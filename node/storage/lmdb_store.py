@@ -354,14 +354,16 @@ class LmdbStore:
         with self.reader() as view:
             return view.get(key)
 
-    def open_detached(self) -> DetachedView:
+    def open_detached(self, grow_first: bool = True) -> DetachedView:
         """A read view of the state as of now, for a long read on another thread
         (:class:`DetachedView`); the caller must see that it is closed.
 
-        Only the apply thread calls this (between writes): when more than half the
-        map is in use and no other detached view is open, the map is doubled first.
+        With ``grow_first`` only the apply thread calls this (between writes): when
+        more than half the map is in use and no other detached view is open, the map
+        is doubled first. Without it any thread may (a later resize interrupts the
+        view instead).
         """
-        if self._gate.long_readers == 0 and 2 * self.used_bytes > self.map_size:
+        if grow_first and self._gate.long_readers == 0 and 2 * self.used_bytes > self.map_size:
             self._grow()
         view: DetachedView | None = None
         interrupt = threading.Event()

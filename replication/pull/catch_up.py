@@ -39,25 +39,40 @@ logger = logging.getLogger(__name__)
 
 _READ_BYTES = 1024 * 1024
 _PROGRESS_SECONDS = 2.0
-TIMEOUT_SECONDS = 30.0
+IDLE_TIMEOUT_SECONDS = 30.0
+"""The default longest wait for a byte: a transfer that makes progress is never
+abandoned, however long it takes; one that stalls is, after this long."""
 DOWNLOAD_DIR = ".catch-up"
 
 
-def catch_up(storage: NodeStorage, source_url: str, to_index: int, to_offset: int) -> int:
+def catch_up(
+    storage: NodeStorage,
+    source_url: str,
+    to_index: int,
+    to_offset: int,
+    *,
+    idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+) -> int:
     """Bring the state to raft index ``to_index`` and offset ``to_offset`` from
     ``source_url``: the missing range of its log when it is complete there, else
     its whole state. Returns the records pulled or keys installed. Raises
     ReplicationError, SnapshotFormatError, StorageError or OSError."""
     try:
-        return pull_range(storage, source_url, to_offset, to_index)
+        return pull_range(storage, source_url, to_offset, to_index, idle_timeout)
     except HttpStatusError as exc:
         if exc.status != 409:
             raise
         logger.info("catching up: %s has compacted the range; installing its state", source_url)
-    return install_state(storage, source_url, to_index, to_offset)
+    return install_state(storage, source_url, to_index, to_offset, idle_timeout)
 
 
-def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index: int) -> int:
+def pull_range(
+    storage: NodeStorage,
+    source_url: str,
+    to_offset: int,
+    raft_index: int,
+    idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+) -> int:
     """Pull the offsets after this node's applied offset up to ``to_offset``, which the
     source holds complete; afterwards the state stands at ``raft_index``."""
     log, store = storage.commit_log, storage.store
@@ -66,7 +81,7 @@ def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index
     decoder = RecordDecoder(source_url, log.max_record_bytes)
     pulled = received = 0
     started = time.monotonic()
-    control = ControlClient([source_url], TIMEOUT_SECONDS)
+    control = ControlClient([source_url], idle_timeout)
     with control.log_range(source_url, from_offset, to_offset) as response:
         head = int(response.getheader("Rkv-Head-Offset") or 0)
         if head < to_offset:
@@ -97,7 +112,13 @@ def pull_range(storage: NodeStorage, source_url: str, to_offset: int, raft_index
     return pulled
 
 
-def install_state(storage: NodeStorage, source_url: str, to_index: int, to_offset: int) -> int:
+def install_state(
+    storage: NodeStorage,
+    source_url: str,
+    to_index: int,
+    to_offset: int,
+    idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+) -> int:
     """Install ``source_url``'s whole state (at or above ``to_index``/``to_offset``)."""
     started = time.monotonic()
     directory = storage.data_dir / DOWNLOAD_DIR
@@ -105,7 +126,7 @@ def install_state(storage: NodeStorage, source_url: str, to_index: int, to_offse
     directory.mkdir()
     try:
         snapshot = directory / "leader.snapshot"
-        received = _download(source_url, snapshot)
+        received = _download(source_url, snapshot, idle_timeout)
         with open(snapshot, "rb") as f:
             header = SnapshotReader(f, str(snapshot)).header
         if header.applied_index < to_index or header.applied_offset < to_offset:
@@ -130,9 +151,9 @@ def install_state(storage: NodeStorage, source_url: str, to_index: int, to_offse
     return header.record_count
 
 
-def _download(source_url: str, path: Path) -> int:
+def _download(source_url: str, path: Path, idle_timeout: float) -> int:
     logger.info("catching up: downloading the leader's state from %s", source_url)
-    control = ControlClient([source_url], TIMEOUT_SECONDS)
+    control = ControlClient([source_url], idle_timeout)
     started = last_report = time.monotonic()
     received = 0
     with control.snapshot(source_url) as response, open(path, "wb") as f:

@@ -220,7 +220,17 @@ class LocalCluster:
             except OSError:
                 pass
             time.sleep(0.1)
-        raise TimeoutError(f"nodes not ready after {timeout}s\n{self.logs()}")
+        reasons = []
+        for n in targets:
+            try:
+                answer = http("GET", n.url + "/readyz", timeout=2)
+                reasons.append(f"{n.node_id}: {answer.status} {answer.body[:300]!r}")
+            except OSError as exc:
+                reasons.append(f"{n.node_id}: no answer ({exc})")
+            reasons.append(f"{n.node_id} status: {n.status()}")
+        raise TimeoutError(
+            f"nodes not ready after {timeout}s\n" + "\n".join(reasons) + f"\n{self.logs()}"
+        )
 
     def leader(self, timeout: float = 20.0) -> NodeProcess:
         """The node every live node agrees leads."""

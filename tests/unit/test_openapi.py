@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any, BinaryIO
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -20,10 +20,10 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from http_api.app import build_app
 from http_api.encoding import PRODUCER_HEADERS
+from http_api.kv_api import SnapshotSource
 from http_api.openapi import openapi_document
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.service.kv import Consistency, ScanPage
-from node.snapshot.file import SnapshotHeader
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
@@ -130,7 +130,7 @@ class NoService:
     ) -> tuple[list[Record], int]:
         raise AssertionError("not served")
 
-    def export_snapshot_file(self) -> tuple[SnapshotHeader, BinaryIO]:
+    def open_snapshot_stream(self) -> SnapshotSource:
         raise AssertionError("not served")
 
     def status(self) -> dict[str, Any]:

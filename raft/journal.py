@@ -1,0 +1,275 @@
+"""pysyncobj's journal with the entries on disk only, compactable by bytes.
+
+pysyncobj 0.3.17's FileJournal writes each entry to a memory-mapped file and
+also keeps every entry in a Python list: a node's memory grows with the bytes
+of its uncompacted journal (5,000 entries of 1.4 MB are 7 GB). This journal
+writes the same file format (an existing journal opens unchanged, and one it
+wrote opens in pysyncobj's own class) and keeps in memory only three machine
+words per entry: where the entry starts in the file, its index and its term.
+An entry's command is read back from the mapping when pysyncobj asks for it
+(when it sends entries to a follower, or applies them).
+
+:attr:`DiskJournal.size_bytes` is what the journal holds; raft/consensus.py
+asks pysyncobj for a compaction (a raft marker) when it passes the
+``compaction_bytes`` setting, so the file stays near that size whatever the
+size of entries.
+
+File layout (pysyncobj's): a 40-byte header (application name, version,
+format 1, the offset past the last record), then records
+``size u32 | index u64 | term u64 | command | size u32`` (little-endian, size
+counting the index, term and command).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from array import array
+from collections.abc import Iterator
+from typing import Any, overload
+
+from pysyncobj.journal import (
+    APP_NAME,
+    APP_VERSION,
+    FIRST_RECORD_OFFSET,
+    JOURNAL_FORMAT_VERSION,
+    LAST_RECORD_OFFSET_OFFSET,
+    NAME_SIZE,
+    VERSION_SIZE,
+    Journal,
+    MetaStorer,
+)
+
+_FIRST: int = FIRST_RECORD_OFFSET
+_END_FIELD: int = LAST_RECORD_OFFSET_OFFSET
+_SIZE = struct.Struct("<I")
+_INDEX_TERM = struct.Struct("<QQ")
+_INITIAL_BYTES = 1024 * 1024
+_MAX_FILE_BYTES = 2**32 - 1  # the header stores the end offset in 32 bits
+Entry = tuple[bytes, int, int]
+
+
+def _default_header() -> bytes:
+    name = bytes(APP_NAME).ljust(int(NAME_SIZE), b"\0")
+    version = bytes(APP_VERSION).ljust(int(VERSION_SIZE), b"\0")
+    return name + version + struct.pack("<II", JOURNAL_FORMAT_VERSION, FIRST_RECORD_OFFSET)
+
+
+class EntryView:
+    """Entries ``start``..``stop`` of a journal, read from the file one at a time.
+
+    What a slice of the journal gives pysyncobj: it iterates it (applying entries),
+    looks at its first entries, or slices it again, and a slice of the view is a
+    plain list (pysyncobj pickles it to send it), so a follower far behind costs a
+    batch of entries in memory, not the whole journal."""
+
+    def __init__(self, journal: DiskJournal, start: int, stop: int) -> None:
+        self._journal = journal
+        self._start = start
+        self._stop = max(start, stop)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __bool__(self) -> bool:
+        return self._stop > self._start
+
+    def __iter__(self) -> Iterator[Entry]:
+        for position in range(self._start, self._stop):
+            yield self._journal.read_entry(position)
+
+    def __reversed__(self) -> Iterator[Entry]:
+        for position in range(self._stop - 1, self._start - 1, -1):
+            yield self._journal.read_entry(position)
+
+    @overload
+    def __getitem__(self, item: int) -> Entry: ...
+
+    @overload
+    def __getitem__(self, item: slice) -> list[Entry]: ...
+
+    def __getitem__(self, item: int | slice) -> Entry | list[Entry]:
+        if isinstance(item, slice):
+            positions = range(self._start, self._stop)[item]
+            return [self._journal.read_entry(position) for position in positions]
+        length = self._stop - self._start
+        if item < 0:
+            item += length
+        if not 0 <= item < length:
+            raise IndexError("entry view index out of range")
+        return self._journal.read_entry(self._start + item)
+
+
+class JournalFullError(OSError):
+    """The journal file would pass 4 GiB, the format's limit (compaction did not keep up)."""
+
+
+class DiskJournal(Journal):  # type: ignore[misc]
+    """pysyncobj's Journal interface over one memory-mapped file (see the module docs)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        if not os.path.exists(path):
+            with open(path, "wb") as f:
+                f.write(_default_header())
+        self._file = open(path, "r+b")  # noqa: SIM115 (held open for the mapping)
+        if os.fstat(self._file.fileno()).st_size < _INITIAL_BYTES:
+            self._file.truncate(_INITIAL_BYTES)
+        self._map = mmap.mmap(self._file.fileno(), 0)
+        self._starts = array("Q")
+        self._indexes = array("Q")
+        self._terms = array("Q")
+        version = _SIZE.unpack_from(self._map, _END_FIELD - 4)[0]
+        if version != JOURNAL_FORMAT_VERSION:
+            raise ValueError(f"{path}: journal format {version}, not {JOURNAL_FORMAT_VERSION}")
+        end = _SIZE.unpack_from(self._map, _END_FIELD)[0]
+        offset = _FIRST
+        while offset < end:
+            size = _SIZE.unpack_from(self._map, offset)[0]
+            index, term = _INDEX_TERM.unpack_from(self._map, offset + 4)
+            self._starts.append(offset)
+            self._indexes.append(index)
+            self._terms.append(term)
+            offset += size + 8
+        self._end: int = offset
+        self._meta_storer = MetaStorer(path + ".meta")
+        self._meta: dict[str, Any] = self._meta_storer.getMeta()
+        self._meta_saved = True
+
+    # -- what pysyncobj reads ------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, item: int) -> Entry: ...
+
+    @overload
+    def __getitem__(self, item: slice) -> EntryView: ...
+
+    def __getitem__(self, item: int | slice) -> Entry | EntryView:
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self._starts))
+            if step != 1:
+                raise ValueError("journal slices have no step")
+            return EntryView(self, start, stop)
+        if item < 0:
+            item += len(self._starts)
+        if not 0 <= item < len(self._starts):
+            raise IndexError("journal index out of range")
+        return self.read_entry(item)
+
+    def read_entry(self, position: int) -> Entry:
+        """Entry ``position`` (0 is the oldest kept) as (command, index, term)."""
+        start = self._starts[position]
+        size = _SIZE.unpack_from(self._map, start)[0]
+        command = self._map[start + 4 + _INDEX_TERM.size : start + 4 + size]
+        return command, self._indexes[position], self._terms[position]
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the records the journal holds."""
+        return self._end - _FIRST
+
+    # -- what pysyncobj writes -----------------------------------------------------
+
+    def add(self, command: bytes | str, idx: int, term: int) -> None:
+        data = command.encode() if isinstance(command, str) else bytes(command)
+        size = _INDEX_TERM.size + len(data)
+        start = self._end
+        self._reserve(start + size + 8)
+        _SIZE.pack_into(self._map, start, size)
+        _INDEX_TERM.pack_into(self._map, start + 4, idx, term)
+        self._map[start + 4 + _INDEX_TERM.size : start + 4 + size] = data
+        _SIZE.pack_into(self._map, start + 4 + size, size)
+        self._starts.append(start)
+        self._indexes.append(idx)
+        self._terms.append(term)
+        self._set_end(start + size + 8)
+
+    def clear(self) -> None:
+        del self._starts[:], self._indexes[:], self._terms[:]
+        self._set_end(_FIRST)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        if entryFrom >= len(self._starts):
+            return
+        end = self._starts[entryFrom] if entryFrom > 0 else _FIRST
+        del self._starts[entryFrom:], self._indexes[entryFrom:], self._terms[entryFrom:]
+        self._set_end(end)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        """Drop the first ``entryTo`` entries: the rest move to the file's start (a
+        memmove inside the mapping, never a copy through Python objects)."""
+        if entryTo <= 0:
+            return
+        if entryTo >= len(self._starts):
+            self.clear()
+            return
+        first = self._starts[entryTo]
+        shift = first - _FIRST
+        kept = self._end - first
+        # The end offset goes first: a crash mid-move leaves an empty journal, which
+        # pysyncobj refills from the raft marker and the leader, never a torn one.
+        self._set_end(_FIRST)
+        self._map.move(_FIRST, first, kept)
+        del self._starts[:entryTo], self._indexes[:entryTo], self._terms[:entryTo]
+        self._starts = array("Q", (start - shift for start in self._starts))
+        self._set_end(_FIRST + kept)
+
+    def flush(self) -> None:
+        self._map.flush()
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def _destroy(self) -> None:
+        self._map.flush()
+        self._map.close()
+        self._file.close()
+
+    # -- raft's persistent state (pysyncobj's meta file, unchanged) --------------
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        self._meta["raftCommitIndex"] = raftCommitIndex
+        self._meta_saved = False
+
+    def getRaftCommitIndex(self) -> int:
+        return int(self._meta.get("raftCommitIndex", 1))
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
+        self._meta["currentTerm"] = term
+        self._meta["votedForNodeId"] = votedForNodeId
+        self._meta_storer.storeMeta(self._meta)
+        self._meta_saved = True
+
+    def getCurrentTerm(self) -> int:
+        return int(self._meta.get("currentTerm", 0))
+
+    def getVotedForNodeId(self) -> Any:
+        return self._meta.get("votedForNodeId")
+
+    def onOneSecondTimer(self) -> None:
+        if not self._meta_saved:
+            self._meta_storer.storeMeta(self._meta)
+            self._meta_saved = True
+
+    # -- the file ------------------------------------------------------------------
+
+    def _set_end(self, end: int) -> None:
+        _SIZE.pack_into(self._map, _END_FIELD, end)
+        self._end = end
+
+    def _reserve(self, needed: int) -> None:
+        if needed > _MAX_FILE_BYTES:
+            raise JournalFullError(
+                f"{self._path}: the raft journal would pass 4 GiB; lower --raft-compaction-bytes"
+            )
+        size = len(self._map)
+        if needed <= size:
+            return
+        new_size = min(max(needed, size * 2), _MAX_FILE_BYTES)
+        self._map.flush()
+        self._file.truncate(new_size)
+        self._map.resize(new_size)

@@ -1,0 +1,118 @@
+"""raft/journal.py: pysyncobj's journal format, entries on disk only, compaction by bytes."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pysyncobj.journal import FileJournal
+
+from raft.journal import DiskJournal
+from raft.syncobj_node import journal_fd
+
+Op = tuple[str, int, bytes]
+
+
+def entries_of(journal: object) -> list[tuple[bytes, int, int]]:
+    return [tuple(journal[i]) for i in range(len(journal))]  # type: ignore[index, arg-type]
+
+
+def apply(journal: object, op: Op, next_index: list[int]) -> None:
+    kind, n, data = op
+    if kind == "add":
+        journal.add(data, next_index[0], 3)  # type: ignore[attr-defined]
+        next_index[0] += 1
+    elif kind == "from":
+        journal.deleteEntriesFrom(min(n, len(journal)))  # type: ignore[attr-defined, arg-type]
+    elif kind == "to":
+        journal.deleteEntriesTo(min(n, len(journal)))  # type: ignore[attr-defined, arg-type]
+    else:
+        journal.clear()  # type: ignore[attr-defined]
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "from", "to", "clear"]),
+        st.integers(0, 8),
+        st.binary(max_size=300),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops)
+def test_it_behaves_like_pysyncobjs_file_journal_and_both_read_each_others_files(
+    tmp_path_factory: object, sequence: list[Op]
+) -> None:
+    root = Path(tmp_path_factory.mktemp("j"))  # type: ignore[attr-defined]
+    ours, theirs = DiskJournal(str(root / "ours")), FileJournal(str(root / "theirs"))
+    ours_next, theirs_next = [1], [1]
+    for op in sequence:
+        apply(ours, op, ours_next)
+        apply(theirs, op, theirs_next)
+        assert entries_of(ours) == entries_of(theirs)
+    expected = entries_of(theirs)
+    ours._destroy()
+    theirs._destroy()
+    # Each reads the other's file: the format is pysyncobj's.
+    assert entries_of(FileJournal(str(root / "ours"))) == expected
+    assert entries_of(DiskJournal(str(root / "theirs"))) == expected
+    assert entries_of(DiskJournal(str(root / "ours"))) == expected
+
+
+def test_slices_are_views_whose_slices_are_lists(tmp_path: Path) -> None:
+    journal = DiskJournal(str(tmp_path / "j"))
+    for index in range(1, 11):
+        journal.add(b"e%d" % index, index, 1)
+    view = journal[4:]
+    assert len(view) == 6 and view[0] == (b"e5", 5, 1) and view[-1] == (b"e10", 10, 1)
+    assert list(view) == [(b"e%d" % i, i, 1) for i in range(5, 11)]
+    tail = view[1:3]
+    assert tail == [(b"e6", 6, 1), (b"e7", 7, 1)] and isinstance(tail, list)
+    assert [entry[1] for entry in reversed(view[1:])] == [10, 9, 8, 7, 6]
+    assert not journal[20:]
+    journal._destroy()
+
+
+def test_entries_live_in_the_file_not_in_python_memory(tmp_path: Path) -> None:
+    journal = DiskJournal(str(tmp_path / "j"))
+    chunk = os.urandom(1024 * 1024)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for index in range(1, 65):  # 64 MiB of entries
+            journal.add(chunk, index, 1)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert journal.size_bytes >= 64 * 1024 * 1024
+    assert after - before < 1024 * 1024, "the journal kept entries in Python memory"
+    assert journal[63] == (chunk, 64, 1)
+    journal.deleteEntriesTo(60)
+    assert journal.size_bytes < 5 * 1024 * 1024 and journal[0][1] == 61
+    journal._destroy()
+
+
+def test_its_file_descriptor_is_the_journal_file(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    journal = DiskJournal(str(path))
+    journal.add(b"\x00entry", 2, 1)
+    fd = journal_fd(journal)
+    assert fd is not None and os.fstat(fd).st_ino == path.stat().st_ino
+    journal._destroy()
+
+
+def test_raft_meta_survives_reopening(tmp_path: Path) -> None:
+    journal = DiskJournal(str(tmp_path / "j"))
+    journal.setCurrentTerm(7, "n2")
+    journal.setRaftCommitIndex(42)
+    journal.onOneSecondTimer()
+    journal._destroy()
+    reopened = DiskJournal(str(tmp_path / "j"))
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (7, "n2")
+    assert reopened.getRaftCommitIndex() == 42
+    reopened._destroy()

@@ -192,6 +192,8 @@ def test_a_promoted_replica_continues_and_a_backlog_overrun_resyncs(
             replicator.start()
             with replica.client() as client:
                 wait_caught_up(cluster, client, replicator)
+            # The line follows the checkpoint's commit: let it be written before the kill.
+            wait_until(lambda: "full sync done" in replicator.output(), 30, "the full sync line")
             # promote the replica (REPLICAOF NO ONE): a new replid, the old one kept as
             # replid2, so the replicator's next PSYNC continues instead of resyncing
             replicator.kill()

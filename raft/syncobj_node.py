@@ -78,6 +78,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self._rkv_catch_up_target: int | None = None
         self._rkv_refused_terms: set[int] = set()
         self._rkv_transmissions = Transmissions()
+        self._rkv_conflict: tuple[int, int] | None = None  # (term, index) refused last
         self._rkv_applier = applier
         self._rkv_synced: tuple[int, int] | None = None
         self._rkv_timeouts: tuple[float, float] | None = None
@@ -170,6 +171,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "append_entries":
             message = self._rkv_transmissions.receive(node, message)
+            message = self._after_a_conflict(message)
             message = self._without_held_entries(message)
         if (
             self._rkv_amnesiac
@@ -195,6 +197,35 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
                     "caught up with the leader's log (index %d): this member votes again",
                     self._rkv_catch_up_target,
                 )
+
+    # -- append_entries after a conflict ------------------------------------------------
+    #
+    # A leader sends a follower everything from its next index in several batches per
+    # tick, each one's prevLogIdx past the last, and applies the follower's answers in
+    # order. A follower whose last entry conflicts (same index, older term) refuses the
+    # first batch with "next index = that entry" and each later batch, whose prevLogIdx
+    # is past its log, with "next index = my last + 1". The later answer wins, the
+    # leader starts again after the conflicting entry, and the two repeat this forever:
+    # the follower is connected, follows, and never catches up (the partition chaos
+    # campaign caught it). So once this node has refused a batch for a conflict at an
+    # index, it answers every later batch of the same term that starts past that index
+    # with the same refusal, until the leader sends from before it.
+
+    def _after_a_conflict(self, message: dict[str, Any]) -> dict[str, Any]:
+        if "prevLogIdx" not in message or message.get("transmission") is not None:
+            return message
+        term, prev_index = int(message.get("term", 0)), int(message["prevLogIdx"])
+        conflict = self._rkv_conflict
+        if conflict is not None and conflict[0] == term and prev_index > conflict[1]:
+            # Refused as the first one was: an index this node holds, with a term that
+            # cannot match, so pysyncobj answers "next index = conflict[1]".
+            return {**message, "prevLogIdx": conflict[1], "prevLogTerm": -1, "entries": []}
+        ours = self._SyncObj__getEntries(prev_index, 1)
+        if ours and ours[0][2] != message.get("prevLogTerm"):
+            self._rkv_conflict = (term, prev_index)
+        elif conflict is not None and (conflict[0] != term or prev_index < conflict[1]):
+            self._rkv_conflict = None  # a new term, or the leader backed up before it
+        return message
 
     # -- append_entries: truncate only on a conflict ---------------------------------
     #

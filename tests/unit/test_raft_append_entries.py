@@ -144,3 +144,21 @@ def test_a_large_entry_sent_in_chunks_is_appended_once_complete(
     # The next entry follows as usual.
     leader.append((4, 1), entries(5, 5, 1), term=1)
     assert leader.log()[-1] == (5, 1)
+
+
+def test_a_conflicting_last_entry_is_not_hidden_by_the_later_batches_of_a_tick(
+    follower: RkvSyncObj,
+) -> None:
+    """A leader sends several batches per tick and applies the answers in order; the
+    answers to the batches after a conflict must not send it past the conflict again
+    (the partition campaign caught a follower stuck so, connected but never catching up)."""
+    leader = Leader(follower)
+    leader.append((1, 0), entries(2, 5, 1) + entries(6, 6, 2), term=2)  # 6: an old leader's
+    # Term 3's leader holds 2..5 of term 1 and its own 6..20; its next index for us is 7.
+    leader.append((6, 3), entries(7, 12, 3), term=3)  # first batch: 6 conflicts
+    leader.append((12, 3), entries(13, 20, 3), term=3)  # a later batch of the same tick
+    assert [nxt for nxt, _ in leader.replies[-2:]] == [6, 6]  # the last answer still says 6
+    assert not any(success for _, success in leader.replies[-2:])
+    leader.append((5, 1), entries(6, 20, 3), term=3)  # the leader backs up: it converges
+    assert leader.log() == [(1, 0)] + [(i, 1) for i in range(2, 6)] + [(i, 3) for i in range(6, 21)]
+    assert leader.replies[-1] == (21, True)

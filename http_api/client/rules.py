@@ -348,12 +348,14 @@ class _Router:
     def _nowhere_to_send(self, state: _CallState) -> None:
         if all(n in state.failed for n in self.nodes):
             state.last_error = self._unreachable()
-            state.failed.clear()  # the next round tries every node again
         elif not isinstance(state.last_error, UnavailableError):
             state.last_error = NotAppliedError(
                 "no reachable node knows a live leader (an election may be under way)",
                 code="no_leader",
             )
+        # After the pause, every node is tried again: a node that failed once (the
+        # leader, while it restarted) may be the one the others now name as leader.
+        state.failed.clear()
         state.pause = self.retry.backoff(state.attempt)
 
     def _connection_failed(self, state: _CallState, base: str, failure: _Failure) -> None:

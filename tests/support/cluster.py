@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.memcg import MemoryCgroup
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -107,6 +109,8 @@ class LocalCluster:
     size: int = 3
     extra_args: list[str] = field(default_factory=list)
     nodes: list[NodeProcess] = field(default_factory=list)
+    memory_groups: list[MemoryCgroup] = field(default_factory=list)
+    """When given, node i's process starts inside memory_groups[i] (tests/support/memcg.py)."""
 
     def __post_init__(self) -> None:
         self.secret_file = self.base_dir / "cluster.secret"
@@ -143,12 +147,10 @@ class LocalCluster:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(node.log_path, "ab")  # noqa: SIM115 (the child keeps it)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        node.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "node", *node.args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        argv = [sys.executable, "-m", "node.cli", "node", *node.args]
+        if self.memory_groups:
+            argv = self.memory_groups[i].wrap(argv)
+        node.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
 
     def start(self, timeout: float = 30.0) -> LocalCluster:

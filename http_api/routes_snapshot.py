@@ -9,7 +9,7 @@ Rkv-Snapshot-Offset, the applied raft index and offset the state reflects (a
 follower may be behind the leader).
 
 The export runs in a worker thread from one detached LMDB read view
-(node/snapshot/stream.py) at the node's snapshot rate; a client that reads
+(node/snapshot/stream.py) at the node's transfer rate; a client that reads
 slowly slows it, one that leaves or a node that stops ends it at its next
 chunk. One export at a time per node: another request waits up to
 ``_QUEUE_WAIT_SECONDS`` for the running one to finish, then gets 503

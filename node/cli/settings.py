@@ -24,7 +24,7 @@ from raft.config import Member, RaftConfig
 ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
-DEFAULT_SNAPSHOT_RATE = 64 * 1024 * 1024
+DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
 
 
@@ -44,7 +44,7 @@ class NodeConfig:
     compaction_policy: CompactionPolicy
     compaction_triggers: CompactionTriggers
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
-    snapshot_rate_bytes: int = DEFAULT_SNAPSHOT_RATE
+    transfer_rate_bytes: int = DEFAULT_TRANSFER_RATE
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
     producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
@@ -116,9 +116,9 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "a local directory or a shared volume (RKV_AUDIT_DIR, default <data-dir>/audit)",
     )
     add(
-        "--snapshot-rate",
-        help="bytes per second a snapshot download (a rebuild's) may take from this node; "
-        "0: unlimited (RKV_SNAPSHOT_RATE, 64 MiB)",
+        "--transfer-rate",
+        help="bytes per second this node sends to a member catching up (a snapshot "
+        "download or a log range); 0: unlimited (RKV_TRANSFER_RATE, 64 MiB)",
     )
     add(
         "--transfer-idle-timeout",
@@ -276,12 +276,12 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     producer_expiry = _positive_float(
         _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
     )
-    rate_text = _value(args, env, "snapshot_rate")
+    rate_text = _value(args, env, "transfer_rate")
     if rate_text is not None and not rate_text.isdigit():
         raise ConfigError(
-            f"--snapshot-rate must be a number of bytes per second, not {rate_text!r}"
+            f"--transfer-rate must be a number of bytes per second, not {rate_text!r}"
         )
-    snapshot_rate = DEFAULT_SNAPSHOT_RATE if rate_text is None else int(rate_text)
+    transfer_rate = DEFAULT_TRANSFER_RATE if rate_text is None else int(rate_text)
     idle_timeout = _positive_float(
         _value(args, env, "transfer_idle_timeout"),
         "--transfer-idle-timeout",
@@ -307,6 +307,6 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
         audit_dir=audit_dir,
-        snapshot_rate_bytes=snapshot_rate,
+        transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,
     )

@@ -76,7 +76,7 @@ async def serve(
             log=storage.commit_log,
             watch_keepalive=config.watch_keepalive,
             producer_expiry_ms=int(config.producer_expiry_seconds * 1000),
-            snapshot_rate_bytes=config.snapshot_rate_bytes,
+            transfer_rate_bytes=config.transfer_rate_bytes,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))

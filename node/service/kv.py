@@ -39,6 +39,7 @@ from node.errors import (
     VersionConflict,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
+from node.service.pace import Pace
 from node.snapshot.stream import SnapshotStream
 from node.state.commands import (
     Append,
@@ -178,10 +179,10 @@ class KvService:
         read_wait_timeout: float = 5.0,
         watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
         producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
-        snapshot_rate_bytes: int = 0,
+        transfer_rate_bytes: int = 0,
     ) -> None:
         self._producer_expiry_ms = producer_expiry_ms
-        self._snapshot_rate_bytes = snapshot_rate_bytes
+        self._transfer_rate_bytes = transfer_rate_bytes
         self._watch_keepalive = watch_keepalive
         self._consensus = consensus
         self._store = store
@@ -382,16 +383,21 @@ class KvService:
     def log_chunks(
         self, from_offset: int, to_offset: int | None, limit: int | None, chunk_bytes: int
     ) -> Iterator[bytes]:
-        """Framed records (node/storage/log_feed.py) joined into chunks of about ``chunk_bytes``."""
+        """Framed records (node/storage/log_feed.py) joined into chunks of about
+        ``chunk_bytes``, at most at the node's transfer rate (blocking: a chunk waits its
+        turn, so iterate off the event loop)."""
         chunk: list[bytes] = []
         size = 0
+        pace = Pace(self._transfer_rate_bytes)
         for data in encoded_records(self._log, from_offset, to_offset, limit):
             chunk.append(data)
             size += len(data)
             if size >= chunk_bytes:
+                pace.wait(size)
                 yield b"".join(chunk)
                 chunk, size = [], 0
         if chunk:
+            pace.wait(size)
             yield b"".join(chunk)
 
     # -- the change feed ------------------------------------------------------------
@@ -449,7 +455,7 @@ class KvService:
     def open_snapshot_stream(self) -> SnapshotStream:
         """This node's state as a snapshot (node/snapshot/format.py), streamed as it is
         read from one LMDB read view (node/snapshot/stream.py), throttled to the
-        node's snapshot rate. Blocking (it opens the view): call it off the event
+        node's transfer rate. Blocking (it opens the view): call it off the event
         loop; the caller cancels the stream when it is done with it. A node whose
         state misses entries (stalled, or catching up) refuses with NodeNotReady.
         """
@@ -457,7 +463,7 @@ class KvService:
         if reason is not None:
             raise NodeNotReady(f"this node exports no snapshot: {reason}")
         view = self._store.open_detached(grow_first=False)
-        return SnapshotStream(view, rate_bytes=self._snapshot_rate_bytes)
+        return SnapshotStream(view, rate_bytes=self._transfer_rate_bytes)
 
     # -- node state ---------------------------------------------------------------
 

@@ -106,6 +106,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="compact once this many bytes of segments closed since the last run (64 MiB)",
     )
     add(
+        "--compaction-min-dirty-ratio",
+        help="a background compaction rewrites a closed segment only if a sample says at "
+        "least this share of it would be dropped, 0 to 1 (RKV_COMPACTION_MIN_DIRTY_RATIO, 0.5)",
+    )
+    add(
         "--producer-expiry",
         help="seconds an idempotent producer may stay idle before its state is dropped "
         "(RKV_PRODUCER_EXPIRY, 604800 = 7 days)",
@@ -169,6 +174,18 @@ def _positive_float(text: str | None, what: str, default: float) -> float:
         raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
     if value <= 0:
         raise ConfigError(f"{what} must be positive, not {text!r}")
+    return value
+
+
+def _ratio(text: str | None, what: str, default: float) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{what} must be a number from 0 to 1, not {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{what} must be from 0 to 1, not {text!r}")
     return value
 
 
@@ -268,6 +285,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         ),
         min_closed_bytes=_positive_int(
             _value(args, env, "compaction_min_bytes"), "--compaction-min-bytes", 64 * 1024 * 1024
+        ),
+        min_dirty_ratio=_ratio(
+            _value(args, env, "compaction_min_dirty_ratio"), "--compaction-min-dirty-ratio", 0.5
         ),
     )
     watch_keepalive = _positive_float(

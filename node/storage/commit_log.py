@@ -268,11 +268,12 @@ class CommitLog:
         )
 
     def replace_closed(self, old: list[Segment], staged: list[Segment]) -> None:
-        """Swap the closed segments ``old`` (a prefix of the log) for ``staged``, atomically."""
+        """Swap ``old`` (consecutive closed segments) for ``staged``, atomically."""
         for segment in staged:
             segment.close()
         with self._lock:
-            if self._segments[: len(old)] != old:
+            at = self._segments.index(old[0]) if old and old[0] in self._segments else 0
+            if self._segments[at : at + len(old)] != old or at + len(old) >= len(self._segments):
                 raise RuntimeError("the closed segments changed during compaction")
         segment_swap.commit(
             self.directory,
@@ -289,7 +290,8 @@ class CommitLog:
             for s in staged
         ]
         with self._lock:
-            self._segments[: len(old)] = installed
+            at = self._segments.index(old[0]) if old else 0
+            self._segments[at : at + len(old)] = installed
             self._bases = [s.base_offset for s in self._segments]
             ends = [s.last_offset for s in old if not s.is_empty]
             self.compacted_through = max([self.compacted_through, *ends])

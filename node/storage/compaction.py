@@ -13,6 +13,13 @@ directory, which replace the old ones atomically (node/storage/segment_swap.py).
 A read from an offset that compaction removed returns the next greater one,
 so reading from 0 gives every live key once plus the tombstones in retention.
 
+A background pass does not rewrite a segment for little gain: it first reads
+a sample of each closed segment's records (about ``SAMPLE_RECORDS``, spread
+over its bytes) and rewrites only the segments whose estimated droppable
+share reaches ``min_dirty_ratio`` (Kafka's log cleaner waits for
+``min.cleanable.dirty.ratio`` likewise). A forced pass rewrites them all.
+Each run of consecutive chosen segments is replaced on its own.
+
 Runs off the apply path: it reads LMDB through short read transactions and
 writes only new files; the apply thread keeps appending to the active
 segment meanwhile. A record kept because its key was not yet overwritten is
@@ -32,11 +39,12 @@ from node.storage.record import BODY_HEADER, ENTRY_END, PREFIX, RecordOp
 from node.storage.segment import Segment
 
 if TYPE_CHECKING:  # only for annotations: `rkv get` must not load lmdb via settings
-    from node.storage.lmdb_store import LmdbStore
+    from node.storage.lmdb_store import LmdbStore, ReadView
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1000
+SAMPLE_RECORDS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +65,17 @@ class CompactionResult:
     records_kept: int
     tombstones_kept: int
     seconds: float
+    segments_skipped: int = 0
+    """Closed segments left as they were: too little to drop (below the dirty ratio)."""
+    bytes_skipped: int = 0
 
     @property
     def records_dropped(self) -> int:
         return self.records_before - self.records_kept
+
+    @property
+    def bytes_reclaimed(self) -> int:
+        return self.bytes_before - self.bytes_after
 
 
 Progress = Callable[[int, int], None]
@@ -98,18 +113,116 @@ class _Frame(NamedTuple):
     frame: bytes
 
 
+def _parse(frame: bytes, header_at: int) -> _Frame:
+    offset, _, timestamp, _, op, key_len, _ = BODY_HEADER.unpack_from(frame, header_at)
+    key_at = header_at + BODY_HEADER.size
+    return _Frame(offset, timestamp, op & ~ENTRY_END, frame[key_at : key_at + key_len], frame)
+
+
 def _frames(segments: list[Segment]) -> Iterator[_Frame]:
     """The records of ``segments`` as raw frames with the fields compaction decides on."""
-    header_at = PREFIX.size
     for segment in segments:
         if segment.is_empty:
             continue
         for _, frame in segment.raw_records():
-            offset, _, timestamp, _, op, key_len, _ = BODY_HEADER.unpack_from(frame, header_at)
-            key_at = header_at + BODY_HEADER.size
-            yield _Frame(
-                offset, timestamp, op & ~ENTRY_END, frame[key_at : key_at + key_len], frame
-            )
+            yield _parse(frame, PREFIX.size)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What decides whether a record stays: the state now, the head, the retention."""
+
+    policy: CompactionPolicy
+    head: int
+    now_ms: int
+
+    def keeps(self, view: ReadView, item: _Frame) -> bool:
+        if item.op == RecordOp.PUT:
+            current = view.get(item.key)
+            return current is not None and current.version == item.offset
+        return (
+            self.now_ms - item.timestamp_ms < self.policy.tombstone_retention_ms
+            or self.head - item.offset < self.policy.tombstone_retention_offsets
+        )
+
+
+def dirty_ratio(segment: Segment, store: LmdbStore, rules: _Rules) -> float:
+    """The share of ``segment``'s records (by bytes, from a sample) a pass would drop."""
+    sampled = dropped = 0
+    with store.reader() as view:
+        for body in segment.sample(SAMPLE_RECORDS):
+            sampled += 1
+            dropped += not rules.keeps(view, _parse(body, 0))
+    return dropped / sampled if sampled else 0.0
+
+
+def _runs(segments: list[Segment], chosen: list[bool]) -> list[list[Segment]]:
+    """The consecutive chosen segments, run by run."""
+    runs: list[list[Segment]] = []
+    previous = False
+    for segment, take in zip(segments, chosen, strict=True):
+        if take:
+            if not previous:
+                runs.append([])
+            runs[-1].append(segment)
+        previous = take
+    return runs
+
+
+@dataclass
+class _Tally:
+    total_bytes: int
+    read_bytes: int = 0
+    examined: int = 0
+    kept: int = 0
+    tombstones: int = 0
+    segments_before: int = 0
+    segments_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+def _rewrite(
+    log: CommitLog,
+    store: LmdbStore,
+    run: list[Segment],
+    *,
+    rules: _Rules,
+    size: int,
+    tally: _Tally,
+    progress: Progress | None,
+) -> None:
+    """Copy what stays of ``run`` (consecutive closed segments) into new segments and
+    swap them in."""
+    writer = _StagedWriter(log, size)
+    chunk: list[_Frame] = []
+
+    def flush() -> None:
+        keep: list[tuple[int, bytes]] = []
+        with store.reader() as view:
+            for item in chunk:
+                if rules.keeps(view, item):
+                    keep.append((item.offset, item.frame))
+                    tally.tombstones += item.op != RecordOp.PUT
+        writer.write(keep)
+        tally.kept += len(keep)
+        chunk.clear()
+        if progress is not None:
+            progress(tally.read_bytes, tally.total_bytes)
+
+    for item in _frames(run):
+        chunk.append(item)
+        tally.examined += 1
+        tally.read_bytes += len(item.frame)
+        if len(chunk) >= _CHUNK:
+            flush()
+    if chunk:
+        flush()
+    log.replace_closed(run, writer.segments)
+    tally.segments_before += len(run)
+    tally.segments_after += len(writer.segments)
+    tally.bytes_before += sum(s.size for s in run)
+    tally.bytes_after += writer.size
 
 
 def compact(
@@ -120,10 +233,20 @@ def compact(
     *,
     now_ms: int | None = None,
     progress: Progress | None = None,
+    min_dirty_ratio: float = 0.0,
 ) -> CompactionResult:
-    """Compact every closed segment of ``log`` against ``store``'s current state."""
+    """Compact the closed segments of ``log`` against ``store``'s current state: every
+    one (``min_dirty_ratio`` 0), or those a sample says would lose at least that share."""
     with log.rewriting:
-        return _compact(log, store, policy, segment_bytes, now_ms=now_ms, progress=progress)
+        return _compact(
+            log,
+            store,
+            policy,
+            segment_bytes,
+            now_ms=now_ms,
+            progress=progress,
+            min_dirty_ratio=min_dirty_ratio,
+        )
 
 
 def _compact(
@@ -134,61 +257,44 @@ def _compact(
     *,
     now_ms: int | None,
     progress: Progress | None,
+    min_dirty_ratio: float,
 ) -> CompactionResult:
     started = time.monotonic()
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    head = log.last_offset
-    old = log.closed_segments()
-    total_bytes = sum(s.size for s in old)
-    writer = _StagedWriter(log, segment_bytes)
-    examined = kept = tombstones = read_bytes = 0
-    chunk: list[_Frame] = []
-
-    def flush() -> None:
-        nonlocal kept, tombstones
-        keep: list[tuple[int, bytes]] = []
-        with store.reader() as view:
-            for item in chunk:
-                if item.op == RecordOp.PUT:
-                    current = view.get(item.key)
-                    if current is not None and current.version == item.offset:
-                        keep.append((item.offset, item.frame))
-                elif (
-                    now_ms - item.timestamp_ms < policy.tombstone_retention_ms
-                    or head - item.offset < policy.tombstone_retention_offsets
-                ):
-                    keep.append((item.offset, item.frame))
-                    tombstones += 1
-        writer.write(keep)
-        kept += len(keep)
-        chunk.clear()
-        if progress is not None:
-            progress(read_bytes, total_bytes)
-
-    for item in _frames(old):
-        chunk.append(item)
-        examined += 1
-        read_bytes += len(item.frame)
-        if len(chunk) >= _CHUNK:
-            flush()
-    if chunk:
-        flush()
-    bytes_before = sum(s.size for s in old)
-    if old:
-        log.replace_closed(old, writer.segments)
+    rules = _Rules(policy, log.last_offset, int(time.time() * 1000) if now_ms is None else now_ms)
+    closed = [s for s in log.closed_segments() if not s.is_empty]
+    if min_dirty_ratio > 0:
+        chosen = [dirty_ratio(s, store, rules) >= min_dirty_ratio for s in closed]
+    else:
+        chosen = [True] * len(closed)
+    runs = _runs(closed, chosen)
+    skipped = [s for s, take in zip(closed, chosen, strict=True) if not take]
+    tally = _Tally(total_bytes=sum(s.size for run in runs for s in run))
+    for run in runs:
+        _rewrite(
+            log,
+            store,
+            run,
+            rules=rules,
+            size=segment_bytes,
+            tally=tally,
+            progress=progress,
+        )
     result = CompactionResult(
-        segments_before=len(old),
-        segments_after=len(writer.segments),
-        bytes_before=bytes_before,
-        bytes_after=writer.size,
-        records_before=examined,
-        records_kept=kept,
-        tombstones_kept=tombstones,
+        segments_before=tally.segments_before,
+        segments_after=tally.segments_after,
+        bytes_before=tally.bytes_before,
+        bytes_after=tally.bytes_after,
+        records_before=tally.examined,
+        records_kept=tally.kept,
+        tombstones_kept=tally.tombstones,
         seconds=time.monotonic() - started,
+        segments_skipped=len(skipped),
+        bytes_skipped=sum(s.size for s in skipped),
     )
     logger.info(
         "compacted %d segments (%d bytes, %d records) into %d (%d bytes, %d records, "
-        "%d tombstones) in %.2fs",
+        "%d tombstones; %d bytes reclaimed) in %.2fs; %d segments (%d bytes) left as they "
+        "were, below the dirty ratio %.2f",
         result.segments_before,
         result.bytes_before,
         result.records_before,
@@ -196,6 +302,10 @@ def _compact(
         result.bytes_after,
         result.records_kept,
         result.tombstones_kept,
+        result.bytes_reclaimed,
         result.seconds,
+        result.segments_skipped,
+        result.bytes_skipped,
+        min_dirty_ratio,
     )
     return result

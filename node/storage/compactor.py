@@ -31,6 +31,7 @@ OnApplyThread = Callable[[Callable[[], None]], Awaitable[None]]
 class CompactionTriggers:
     interval_seconds: float = 300.0  # how often the closed segments are looked at
     min_closed_bytes: int = 64 * 1024 * 1024  # compact once this much was closed since
+    min_dirty_ratio: float = 0.5  # rewrite a segment only if about this share would go
 
 
 class Compactor:
@@ -56,8 +57,11 @@ class Compactor:
         self._compacted_closed_bytes = 0
         self._progress: tuple[int, int] | None = None
         self.runs = 0
+        self.reclaimed_bytes = 0
 
     async def compact(self, force: bool = False) -> CompactionResult:
+        """One pass. Forced: the active segment is rolled first and every closed segment
+        rewritten; otherwise only those whose sample reaches the dirty ratio."""
         async with self._lock:
             if force:
                 await self._on_apply_thread(self._log.roll)
@@ -70,12 +74,14 @@ class Compactor:
                     self._policy,
                     self._segment_bytes,
                     progress=self._note_progress,
+                    min_dirty_ratio=0.0 if force else self._triggers.min_dirty_ratio,
                 )
             finally:
                 self._progress = None
             self._last, self._last_finished = result, time.time()
             self._compacted_closed_bytes = self._closed_bytes()
             self.runs += 1
+            self.reclaimed_bytes += result.bytes_reclaimed
             return result
 
     def _note_progress(self, examined: int, total: int) -> None:
@@ -106,8 +112,13 @@ class Compactor:
             if running is None
             else {"bytes_examined": running[0], "bytes_total": running[1]},
             "runs": self.runs,
+            "reclaimed_bytes": self.reclaimed_bytes,
             "last": None
             if self._last is None
-            else {**asdict(self._last), "finished_at": self._last_finished},
+            else {
+                **asdict(self._last),
+                "bytes_reclaimed": self._last.bytes_reclaimed,
+                "finished_at": self._last_finished,
+            },
             "closed_segment_bytes": self._closed_bytes(),
         }

@@ -335,6 +335,26 @@ class Segment:
                 buffer = buffer[at:]
                 base += at
 
+    def sample(self, count: int) -> Iterator[bytes]:
+        """The verified bodies of about ``count`` records spread evenly over the file by
+        bytes (records at indexed positions): what compaction estimates a segment's
+        droppable share from without reading it all."""
+        positions = self._index_positions
+        if not positions:
+            return
+        step = max(1, len(positions) // count)
+        with open(self.log_path, "rb", buffering=0) as f:
+            if os.fstat(f.fileno()).st_ino != self._inode:
+                raise FileNotFoundError(f"{self.log_path} was replaced by a compaction")
+            for position in positions[::step]:
+                try:
+                    _, body = next(iter_frames(f, position, self.size, self._max_record_bytes))
+                except FrameError as exc:
+                    raise CorruptLogError(self.log_path, exc.position, exc.reason) from exc
+                except StopIteration:
+                    return
+                yield body
+
     def read_from(self, offset: int, end: int | None = None) -> Iterator[Record]:
         """Records with offsets >= ``offset`` up to byte ``end`` (default: current size)."""
         stop = self.size if end is None else end

@@ -229,3 +229,65 @@ def test_the_log_knows_up_to_where_records_may_be_missing(tmp_path: Path) -> Non
         )
     finally:
         reopened.close()
+
+
+# -- the dirty ratio: a background pass rewrites only what pays ------------------------------
+
+
+def _put_range(storage: NodeStorage, keys: range, index: int, tag: bytes) -> int:
+    for start in range(keys.start, keys.stop, 10):
+        index += 1
+        batch = tuple(
+            Put(b"key/%05d" % i, tag + b"-%05d" % i * 4)
+            for i in range(start, min(start + 10, keys.stop))
+        )
+        machine_of(storage).apply(index, encode_entry(Batch(batch, index)))
+    return index
+
+
+def _inodes(storage: NodeStorage) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in (storage.data_dir / LOG_DIR).glob("*.log")}
+
+
+def test_a_pass_over_unique_keys_rewrites_nothing(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path, CONFIG)
+    _put_range(storage, range(2000), 0, b"a")
+    closed = storage.commit_log.closed_segments()
+    assert len(closed) > 3
+    before = _inodes(storage)
+    result = compact(
+        storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes,
+        min_dirty_ratio=0.5,
+    )  # fmt: skip
+    assert result.segments_before == 0 and result.bytes_before == 0
+    assert result.segments_skipped == len(closed)
+    assert result.bytes_skipped == sum(s.size for s in closed)
+    assert _inodes(storage) == before  # not one segment was rewritten
+    assert state_from_log(storage) == state(storage)
+
+
+def test_a_pass_rewrites_only_the_segments_worth_it(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path, CONFIG)
+    index = _put_range(storage, range(1000), 0, b"a")  # segments of keys 0..999, version a
+    first_round = {s.log_path.name for s in storage.commit_log.closed_segments()}
+    index = _put_range(storage, range(1000), index, b"b")  # all of them overwritten
+    _put_range(storage, range(1000, 2000), index, b"c")  # then new keys only
+    storage.commit_log.roll()
+    closed = storage.commit_log.closed_segments()
+    before = _inodes(storage)
+    result = compact(
+        storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes,
+        min_dirty_ratio=0.5,
+    )  # fmt: skip
+    assert result.segments_skipped > 0
+    assert result.bytes_reclaimed > 0
+    after = _inodes(storage)
+    rewritten = {name for name, inode in before.items() if after.get(name) != inode}
+    # Every segment of the overwritten first round went, and no segment of new keys only.
+    assert first_round - {s.log_path.name for s in closed[-1:]} <= rewritten
+    assert result.segments_before + result.segments_skipped == len(closed)
+    assert state_from_log(storage) == state(storage)
+    # A forced pass (ratio 0) then leaves exactly one record per live key.
+    compact(storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
+    records = list(storage.commit_log.read(0))
+    assert len(records) == len(state(storage)) == 2000

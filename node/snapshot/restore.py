@@ -7,8 +7,9 @@ of at most 100 000 records or 32 MiB, each run sorted in memory and spilled to
 a file, and the runs merged (in passes of at most 64 files). A snapshot that
 fits in one run never touches the disk. Nothing is written to the commit log
 before the whole file has been verified. The sorted records are appended to a
-new commit log, replayed into a new LMDB (node/storage/replay.py), and LMDB's applied
-index and offset are set to the snapshot's. Everything is built in
+new commit log, the file's records are put into a new LMDB in the file's (key)
+order, which keeps its pages full, and LMDB's applied index and offset are set
+to the snapshot's. Everything is built in
 ``<data_dir>/.restore-staging`` and renamed into place at the end, so an
 interrupted restore leaves no partial ``log/`` or ``state/`` behind.
 
@@ -50,7 +51,6 @@ from node.storage.config import FsyncPolicy, StorageConfig
 from node.storage.datadir import LOG_DIR, STATE_DIR, fsync_directory
 from node.storage.lmdb_store import LmdbStore
 from node.storage.record import PREFIX, Record, decode_body
-from node.storage.replay import replay
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +220,9 @@ def _build_storage(
     source: str,
     progress: SnapshotProgress | None,
 ) -> int:
-    """Write the sorted records to ``staging/log``, replay them into ``staging/state``
-    and set LMDB's applied index and offset; returns the log's size in bytes."""
+    """Write the sorted records to ``staging/log``, put the file's records into
+    ``staging/state`` in key order and set LMDB's applied index and offset; returns
+    the log's size in bytes."""
     log = CommitLog.open(staging / LOG_DIR, config)
     try:
         _write_log(
@@ -239,8 +240,7 @@ def _build_storage(
         log.sync()
         store = LmdbStore.open(staging / STATE_DIR, config.lmdb_map_size)
         try:
-            load = ProgressReporter("load lmdb", header.record_count, progress)
-            replay(log, store, lambda n, _offset: load(n))
+            _load_in_key_order(Path(source), store, raft_index, header, progress)
             store.write([], raft_index, header.applied_offset)
             store.sync()
         finally:
@@ -248,6 +248,33 @@ def _build_storage(
         return log.size_bytes
     finally:
         log.close()
+
+
+def _load_in_key_order(
+    snapshot: Path,
+    store: LmdbStore,
+    raft_index: int,
+    header: SnapshotHeader,
+    progress: SnapshotProgress | None,
+) -> None:
+    """Put the (verified) snapshot's records into LMDB in the file's order, which is
+    LMDB's key order: every put appends to the last page (see LmdbStore), so the new
+    LMDB is as compact as LMDB gets."""
+    report = ProgressReporter("load lmdb", header.record_count, progress)
+    done = 0
+    batch: list[Record] = []
+    with open(snapshot, "rb", buffering=READ_BUFFER) as f:
+        for record, _ in SnapshotReader(f, str(snapshot)).records():
+            batch.append(record)
+            if len(batch) >= _APPEND_RECORDS:
+                store.apply_records(batch, raft_index)
+                done += len(batch)
+                batch = []
+                report(done)
+    if batch:
+        store.apply_records(batch, raft_index)
+        done += len(batch)
+    report(done)
 
 
 def _write_log(

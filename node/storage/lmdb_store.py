@@ -422,20 +422,29 @@ class LmdbStore:
             return
         raise StoreError(f"LMDB map in {self.path} is still full after growing to {self.map_size}")
 
+    # A put first tries MDB_APPEND, which succeeds only for a key above every key
+    # stored: LMDB then fills the last leaf page instead of splitting it in half, so
+    # keys written in ascending order (bulk loads, a restore in key order) take about
+    # 1.3x their bytes with 1 KiB values instead of 2x. Any other key falls back to an
+    # ordinary put (the failed attempt only compares with the last key).
+
     def _put_changes(self, txn: lmdb.Transaction, changes: Sequence[Change]) -> None:
         data = self._data
         pack = _VALUE_HEADER.pack
+        put = txn.put
         for key, new in changes:
             if len(key) > LMDB_KEY_LIMIT:
                 if new is None:
                     txn.delete(lmdb_key(key), db=data)
                 else:
                     packed = _pack(key, new.version, new.create_version, new.value)
-                    txn.put(lmdb_key(key), packed, db=data)
+                    put(lmdb_key(key), packed, db=data)
             elif new is None:  # the common, short-key case, inlined: the apply hot path
                 txn.delete(key, db=data)
             else:
-                txn.put(key, pack(new.version, new.create_version, 0) + new.value, db=data)
+                packed = pack(new.version, new.create_version, 0) + new.value
+                if not put(key, packed, db=data, append=True):
+                    put(key, packed, db=data)
 
     def _put_records(self, txn: lmdb.Transaction, records: Sequence[Record]) -> None:
         data = self._data
@@ -447,7 +456,9 @@ class LmdbStore:
                 if not create:  # a record from before create versions were logged
                     old = txn.get(stored_key, db=data)
                     create = record.offset if old is None else _VALUE_HEADER.unpack_from(old)[1]
-                txn.put(stored_key, _pack(key, record.offset, create, record.value), db=data)
+                packed = _pack(key, record.offset, create, record.value)
+                if not txn.put(stored_key, packed, db=data, append=True):
+                    txn.put(stored_key, packed, db=data)
             else:
                 txn.delete(stored_key, db=data)
 

@@ -24,6 +24,7 @@ from node.errors import (
     Overloaded,
     PayloadTooLarge,
     RequestError,
+    TransferExpired,
     Unavailable,
     UnknownOutcome,
     VersionConflict,
@@ -44,6 +45,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (UnknownOutcome, 503),
     (NodeNotReady, 503),
     (Unavailable, 503),
+    (TransferExpired, 410),
     (AuditExportFailed, 500),
     (RequestError, 400),
 )

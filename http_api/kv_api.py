@@ -18,6 +18,7 @@ class SnapshotSource(Protocol):
 
     applied_index: int
     applied_offset: int
+    transfer_id: str
 
     def next_chunk(self, timeout: float | None = None) -> bytes:
         """The next chunk, b"" at the end; queue.Empty after ``timeout``."""
@@ -102,8 +103,19 @@ class KvApi(Protocol):
         max_bytes: int = ...,
     ) -> tuple[list[Record], int]: ...
 
-    def open_snapshot_stream(self) -> SnapshotSource:
-        """Blocking: the state as a snapshot, streamed as it is read; cancel it when done."""
+    def open_snapshot_stream(
+        self, transfer_id: str | None = None, after: bytes | None = None
+    ) -> SnapshotSource:
+        """Blocking: the state as a snapshot, streamed as it is read (or the rest of a
+        cut transfer, after a key); end it with :meth:`end_snapshot_stream`."""
+        ...
+
+    def end_snapshot_stream(self, stream: Any) -> None:
+        """Blocking: stop the stream; its view stays held a while for a resume."""
+        ...
+
+    def release_snapshot(self, transfer_id: str) -> bool:
+        """Let go of a held view; False when none was held."""
         ...
 
     def status(self) -> dict[str, Any]: ...

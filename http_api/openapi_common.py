@@ -25,6 +25,7 @@ _ERROR_TEXT = {
     "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
     "membership_change_in_progress, member_exists, address_in_use, last_member or "
     "member_is_leader. Audits: audit_exists",
+    410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; a txn of more than "
     f"{MAX_TXN_OPS} compares and ops",

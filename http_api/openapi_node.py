@@ -156,16 +156,41 @@ def node_paths() -> dict[str, Any]:
                 "included) and a trailer with the count and a SHA-256 of everything "
                 "before it; see docs/ARCHITECTURE.md. Headers Rkv-Snapshot-Index and "
                 "Rkv-Snapshot-Offset: what the state reflects (a follower may be behind "
-                "the leader). One export at a time per node.",
+                "the leader). One export at a time per node. When a transfer ends, "
+                "the node holds its read view for 60 s: a reader that was cut asks for "
+                "the rest with `transfer` (the Rkv-Transfer-Id) and `after` (the last "
+                "key it received, base64url) and gets the same header, the records after "
+                "that key and a trailer counting those, its SHA-256 over that header and "
+                "those records.",
+                "parameters": [
+                    {
+                        "name": "transfer",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "Resume this cut transfer (its Rkv-Transfer-Id)",
+                    },
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "schema": {"type": "string"},
+                        "description": "With transfer: the last key received, base64url",
+                    },
+                ],
                 "responses": {
                     "200": {
-                        "description": "The snapshot file",
+                        "description": "The snapshot file (or the rest of a cut one)",
                         "headers": {
-                            name: {"schema": {"type": "integer"}, "description": text}
-                            for name, text in (
-                                ("Rkv-Snapshot-Index", "The applied raft index"),
-                                ("Rkv-Snapshot-Offset", "The applied commit-log offset"),
-                            )
+                            **{
+                                name: {"schema": {"type": "integer"}, "description": text}
+                                for name, text in (
+                                    ("Rkv-Snapshot-Index", "The applied raft index"),
+                                    ("Rkv-Snapshot-Offset", "The applied commit-log offset"),
+                                )
+                            },
+                            "Rkv-Transfer-Id": {
+                                "schema": {"type": "string"},
+                                "description": "Names the transfer, to resume or release it",
+                            },
                         },
                         "content": {
                             "application/octet-stream": {
@@ -173,9 +198,22 @@ def node_paths() -> dict[str, Any]:
                             }
                         },
                     },
-                    **errors(503),
+                    **errors(400, 410, 503),
                 },
-            }
+            },
+            "delete": {
+                "summary": "Let go of the read view held for a finished snapshot transfer",
+                "parameters": [
+                    {
+                        "name": "transfer",
+                        "in": "query",
+                        "required": True,
+                        "schema": {"type": "string"},
+                        "description": "The transfer's Rkv-Transfer-Id",
+                    }
+                ],
+                "responses": {"204": {"description": "Let go"}, **errors(400, 404)},
+            },
         },
         "/v1/admin/compact": {
             "post": {

@@ -177,3 +177,9 @@ class Overloaded(Unavailable):
 
 class NodeNotReady(Unavailable):
     code = "node_not_ready"
+
+
+class TransferExpired(RequestError):
+    """A cut snapshot transfer asked to resume is no longer held: start it again."""
+
+    code = "transfer_expired"

@@ -20,6 +20,7 @@ must survive any network trouble (the raft thread) catch one family.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -223,9 +224,22 @@ class ControlClient:
         path = f"/v1/audit/{path_part(audit_id)}/files/{path_part(name)}"
         return open_stream(node_url.rstrip("/") + path, self.timeout)
 
-    def snapshot(self, node_url: str) -> AbstractContextManager[http.client.HTTPResponse]:
-        """That node's whole state (GET /v1/snapshot), streamed."""
-        return open_stream(snapshot_url(node_url), self.timeout)
+    def snapshot(
+        self, node_url: str, transfer: str | None = None, after: bytes | None = None
+    ) -> AbstractContextManager[http.client.HTTPResponse]:
+        """That node's whole state (GET /v1/snapshot), streamed; with ``transfer`` (the
+        Rkv-Transfer-Id of a cut download) and ``after`` (the last key received), the
+        rest of it from the same read view (HttpStatusError 410 once it is let go)."""
+        url = snapshot_url(node_url)
+        if transfer is not None:
+            key = base64.urlsafe_b64encode(after or b"").decode().rstrip("=")
+            url += f"?transfer={quote(transfer)}&after={key}"
+        return open_stream(url, self.timeout)
+
+    def release_snapshot(self, node_url: str, transfer: str) -> tuple[int, Any]:
+        """Let that node drop the view it holds for a finished download."""
+        path = f"/v1/snapshot?transfer={quote(transfer)}"
+        return request_json([node_url.rstrip("/")], "DELETE", path, None, self.timeout)
 
     def log_range(
         self, node_url: str, first: int, last: int

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
+import secrets
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,11 +36,13 @@ from node.errors import (
     NotLeader,
     PayloadTooLarge,
     RequestError,
+    TransferExpired,
     UnknownOutcome,
     VersionConflict,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
 from node.service.pace import Pace
+from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
 from node.snapshot.stream import SnapshotStream
 from node.state.commands import (
     Append,
@@ -180,9 +183,11 @@ class KvService:
         watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
         producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
         transfer_rate_bytes: int = 0,
+        transfer_hold_seconds: float = DEFAULT_HOLD_SECONDS,
     ) -> None:
         self._producer_expiry_ms = producer_expiry_ms
         self._transfer_rate_bytes = transfer_rate_bytes
+        self._held = HeldViews(transfer_hold_seconds)
         self._watch_keepalive = watch_keepalive
         self._consensus = consensus
         self._store = store
@@ -452,18 +457,59 @@ class KvService:
 
     # -- snapshots ----------------------------------------------------------------
 
-    def open_snapshot_stream(self) -> SnapshotStream:
+    def open_snapshot_stream(
+        self, transfer_id: str | None = None, after: bytes | None = None
+    ) -> SnapshotStream:
         """This node's state as a snapshot (node/snapshot/format.py), streamed as it is
         read from one LMDB read view (node/snapshot/stream.py), throttled to the
         node's transfer rate. Blocking (it opens the view): call it off the event
-        loop; the caller cancels the stream when it is done with it. A node whose
+        loop; the caller ends it with :meth:`end_snapshot_stream`. A node whose
         state misses entries (stalled, or catching up) refuses with NodeNotReady.
+
+        With ``transfer_id`` and ``after``: the rest of that cut transfer, the keys
+        after ``after`` from the same read view (node/snapshot/held.py); raises
+        TransferExpired when the view is no longer held.
         """
+        if transfer_id is not None:
+            held = self._held.take(transfer_id)
+            if held is None:
+                raise TransferExpired(
+                    f"snapshot transfer {transfer_id} is not held here (any more): start again"
+                )
+            return SnapshotStream(
+                held.view,
+                rate_bytes=self._transfer_rate_bytes,
+                transfer_id=transfer_id,
+                header=held.header,
+                after=after or b"",
+            )
         reason = self._consensus.stalled_reason()
         if reason is not None:
             raise NodeNotReady(f"this node exports no snapshot: {reason}")
         view = self._store.open_detached(grow_first=False)
-        return SnapshotStream(view, rate_bytes=self._transfer_rate_bytes)
+        return SnapshotStream(
+            view, rate_bytes=self._transfer_rate_bytes, transfer_id=secrets.token_hex(8)
+        )
+
+    def end_snapshot_stream(self, stream: SnapshotStream) -> None:
+        """Stop ``stream``; its view stays held a while for a resume (its reader lets it
+        go with :meth:`release_snapshot` once it has everything). Blocking (up to 2 s):
+        call it off the event loop."""
+        view = stream.end(keep=True)
+        if view is not None:
+            self._held.hold(stream.transfer_id, view, stream.header)
+
+    def release_snapshot(self, transfer_id: str) -> bool:
+        """Let go of the view held for ``transfer_id``; False when none was."""
+        held = self._held.take(transfer_id)
+        if held is None:
+            return False
+        held.view.close()
+        return True
+
+    def close_held_snapshots(self) -> None:
+        """Let go of every held view (the node is stopping)."""
+        self._held.close_all()
 
     # -- node state ---------------------------------------------------------------
 

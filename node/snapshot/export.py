@@ -63,8 +63,11 @@ class SnapshotWriter:
         self._emit(b"".join(chunk))
         self.written += len(chunk)
 
-    def finish(self) -> None:
-        count = self._header.record_count
+    def finish(self, *, part: bool = False) -> None:
+        """The trailer: the count and the SHA-256 of every byte before it. A ``part``
+        (the rest of a cut transfer) counts the records it holds, fewer than the
+        header's count of the whole state."""
+        count = self.written if part else self._header.record_count
         if self.written != count:  # impossible inside one read transaction
             raise StoreError(f"LMDB counted {count} keys but the export read {self.written}")
         trailer = TRAILER.pack(TRAILER_MAGIC, count, self._digest.digest())
@@ -73,28 +76,37 @@ class SnapshotWriter:
         self._out.flush()
 
 
+def snapshot_header(view: ReadView, created_at_ms: int | None = None) -> SnapshotHeader:
+    """The header of ``view``'s snapshot: its applied index and offset, its key count."""
+    applied_index, applied_offset = view.applied()
+    count = view.count(include_internal=True)
+    now = int(time.time() * 1000) if created_at_ms is None else created_at_ms
+    return SnapshotHeader(FORMAT_VERSION, applied_index, applied_offset, count, now)
+
+
 def write_snapshot(
     view: ReadView,
     out: BinaryIO,
     *,
     created_at_ms: int | None = None,
     progress: SnapshotProgress | None = None,
+    header: SnapshotHeader | None = None,
+    after: bytes | None = None,
 ) -> SnapshotHeader:
     """Write every key of ``view`` (one LMDB read transaction) to ``out``.
 
     The applied index and offset, the count and the records all come from the
-    view, so the file is the state at exactly one applied index.
+    view, so the file is the state at exactly one applied index. With ``after``,
+    a part: the same ``header`` (the whole state's, from the same view), only the
+    keys after that key, and a trailer counting them (the rest of a cut transfer).
     """
-    applied_index, applied_offset = view.applied()
-    count = view.count(include_internal=True)
-    now = int(time.time() * 1000) if created_at_ms is None else created_at_ms
-    header = SnapshotHeader(FORMAT_VERSION, applied_index, applied_offset, count, now)
-    report = ProgressReporter("export", count, progress)
+    header = header or snapshot_header(view, created_at_ms)
+    report = ProgressReporter("export", header.record_count, progress)
     writer = SnapshotWriter(out, header)
-    for chunk in view.all_items():
+    for chunk in view.all_items(after=after):
         writer.add(chunk)
         report(writer.written)
-    writer.finish()
+    writer.finish(part=after is not None)
     return header
 
 

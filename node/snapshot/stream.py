@@ -13,6 +13,12 @@ The view stays open for the whole transfer, so LMDB keeps the pages it sees
 until the stream ends; a map resize does not wait for it but interrupts it
 (the stream then fails, and the reader retries). :meth:`cancel` (a client
 that went away, a node shutting down) stops the thread at its next chunk.
+
+A stream can hand its view on when it ends (:meth:`SnapshotStream.end`)
+instead of closing it: the node holds it a while (node/snapshot/held.py), so
+that a reader that was cut resumes after the last key it received, from the
+same read view, with ``header`` and ``after`` (a part: node/snapshot/export.py),
+and one that got everything lets it go.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from typing import Any
 
 from node.errors import ExportInterrupted
-from node.snapshot.export import write_snapshot
+from node.snapshot.export import snapshot_header, write_snapshot
 from node.snapshot.format import SnapshotHeader
 from node.storage.lmdb_store import DetachedView
 
@@ -70,18 +76,26 @@ class SnapshotStream:
         rate_bytes: int = 0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         buffer_chunks: int = DEFAULT_BUFFER_CHUNKS,
+        transfer_id: str = "",
+        header: SnapshotHeader | None = None,
+        after: bytes | None = None,
     ) -> None:
         self._view = view
+        self.transfer_id = transfer_id
+        self.after = after
+        self._stopped = threading.Event()
+        self._ending = threading.Lock()
+        self._close_on_stop = False
+        self._failed = False
         self.rate_bytes = rate_bytes
         self.chunk_bytes = chunk_bytes
         self._queue: queue.Queue[bytes | BaseException] = queue.Queue(buffer_chunks)
         self._cancelled = threading.Event()
         self._sent = 0
         self._started = time.monotonic()
-        index, offset = view.applied()
-        self.applied_index = index
-        self.applied_offset = offset
-        self.header: SnapshotHeader | None = None
+        self.header = header or snapshot_header(view)
+        self.applied_index = self.header.applied_index
+        self.applied_offset = self.header.applied_offset
         self._thread = threading.Thread(target=self._write, name="rkv-snapshot", daemon=True)
         self._thread.start()
 
@@ -96,7 +110,8 @@ class SnapshotStream:
         return item
 
     def cancel(self) -> None:
-        """Stop the export (from any thread); the view is closed by its thread."""
+        """Stop the export (from any thread) without waiting; :meth:`end` then settles
+        what becomes of the view."""
         self._cancelled.set()
 
     @property
@@ -105,19 +120,47 @@ class SnapshotStream:
 
     # -- the writing thread --------------------------------------------------------
 
+    def end(self, *, keep: bool, timeout: float = 2.0) -> DetachedView | None:
+        """Stop the stream. With ``keep``, its view, still open, goes to the caller (who
+        then owns it): even a stream sent whole may not have been received whole (the
+        socket buffers took the last bytes), and its reader may come back for the
+        rest. Otherwise, or when the view is no longer usable (the export failed, a
+        resize asked for it), it is closed (by the writing thread if that has not
+        stopped within ``timeout``) and None is returned."""
+        self._cancelled.set()
+        self._stopped.wait(timeout)
+        with self._ending:
+            if not self._stopped.is_set():
+                self._close_on_stop = True  # the thread closes it when it stops
+                return None
+        if keep and not self._failed and not self._view.interrupted.is_set():
+            return self._view
+        self._view.close()
+        return None
+
     def _write(self) -> None:
         sink = _Sink(self)
         try:
-            self.header = write_snapshot(self._view, sink)  # type: ignore[arg-type]
+            write_snapshot(
+                self._view,
+                sink,  # type: ignore[arg-type]
+                header=self.header,
+                after=self.after,
+            )
             sink.flush()
             self._put(_END)
         except StreamCancelled:
-            pass
+            pass  # the view stays open: end() decides
         except BaseException as exc:  # handed to the consumer, which reports it
+            self._failed = True
             with contextlib.suppress(StreamCancelled):
                 self._put_any(exc)
         finally:
-            self._view.close()
+            # Written whole or cut, the view stays open: end() decides.
+            with self._ending:
+                if self._failed or self._close_on_stop:
+                    self._view.close()
+                self._stopped.set()
 
     def _put(self, chunk: bytes) -> None:
         if self._view.interrupted.is_set():

@@ -214,12 +214,25 @@ class ReadView:
         )
 
     def all_items(
-        self, chunk_items: int = 1000, chunk_bytes: int = 4 * 1024 * 1024
+        self,
+        chunk_items: int = 1000,
+        chunk_bytes: int = 4 * 1024 * 1024,
+        *,
+        after: bytes | None = None,
     ) -> Iterator[list[tuple[bytes, StoredValue]]]:
-        """Every key, internal ones included, in LMDB order, in lists of at most
-        ``chunk_items`` items or about ``chunk_bytes`` of values (memory stays bounded
-        by one chunk). Valid only while the view is: consume it inside ``reader()``."""
+        """Every key (after the key ``after``, if given), internal ones included, in
+        LMDB order, in lists of at most ``chunk_items`` items or about ``chunk_bytes``
+        of values (memory stays bounded by one chunk). Valid only while the view is:
+        consume it inside ``reader()``."""
         cursor = self._txn.cursor(db=self._data)
+        if after is not None:
+            start = lmdb_key(after)
+            if not cursor.set_range(start):
+                return
+            if cursor.key() == start and not cursor.next():
+                return
+        else:
+            cursor.first()
         chunk: list[tuple[bytes, StoredValue]] = []
         size = 0
         for stored_key, raw in cursor.iternext(keys=True, values=True):

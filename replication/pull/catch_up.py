@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from pathlib import Path
 
 from http_api.client.control import ControlClient, HttpStatusError
 from node.errors import ReplicationError
@@ -34,6 +33,7 @@ from node.snapshot.install import install_snapshot
 from node.storage.log_feed import RecordDecoder
 from node.storage.record import Record
 from node.storage.recovery import NodeStorage
+from replication.pull.download import download_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,8 @@ def install_state(
     directory.mkdir()
     try:
         snapshot = directory / "leader.snapshot"
-        received = _download(source_url, snapshot, idle_timeout)
+        logger.info("catching up: downloading the state of %s", source_url)
+        received = download_snapshot(source_url, snapshot, idle_timeout)
         with open(snapshot, "rb") as f:
             header = SnapshotReader(f, str(snapshot)).header
         if header.applied_index < to_index or header.applied_offset < to_offset:
@@ -149,32 +150,3 @@ def install_state(
         header.applied_offset,
     )
     return header.record_count
-
-
-def _download(source_url: str, path: Path, idle_timeout: float) -> int:
-    logger.info("catching up: downloading the leader's state from %s", source_url)
-    control = ControlClient([source_url], idle_timeout)
-    started = last_report = time.monotonic()
-    received = 0
-    with control.snapshot(source_url) as response, open(path, "wb") as f:
-        total = int(response.getheader("Content-Length") or 0)
-        while chunk := response.read(_READ_BYTES):
-            f.write(chunk)
-            received += len(chunk)
-            now = time.monotonic()
-            if now - last_report >= _PROGRESS_SECONDS:
-                last_report = now
-                rate = received / (now - started)
-                eta = (total - received) / rate if total and rate else 0.0
-                logger.info(
-                    "catching up: %.1f of %.1f MB (%.1f MB/s, ETA %.0fs)",
-                    received / 1e6,
-                    total / 1e6,
-                    rate / 1e6,
-                    eta,
-                )
-    if total and received != total:
-        raise ReplicationError(
-            f"{source_url}: the download ended after {received} of {total} bytes"
-        )
-    return received

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from node.errors import ReplicationError
 from node.snapshot.export import export_snapshot
 from node.state.commands import Batch, Put, encode_entry
 from node.storage.recovery import NodeStorage
@@ -94,6 +95,6 @@ def test_a_source_that_stops_sending_is_abandoned_after_the_idle_timeout(
     source: type[Trickle], follower: NodeStorage
 ) -> None:
     source.piece, source.pause, source.stop_after = 4096, 0.0, 2
-    with pytest.raises(OSError):
+    with pytest.raises(ReplicationError, match="timed out"):
         install_state(follower, source.url, 1, 200, idle_timeout=IDLE)  # type: ignore[attr-defined]
     assert follower.store.applied_offset == 0  # nothing half-installed

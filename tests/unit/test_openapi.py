@@ -130,7 +130,15 @@ class NoService:
     ) -> tuple[list[Record], int]:
         raise AssertionError("not served")
 
-    def open_snapshot_stream(self) -> SnapshotSource:
+    def open_snapshot_stream(
+        self, transfer_id: str | None = None, after: bytes | None = None
+    ) -> SnapshotSource:
+        raise AssertionError("not served")
+
+    def end_snapshot_stream(self, stream: Any) -> None:
+        raise AssertionError("not served")
+
+    def release_snapshot(self, transfer_id: str) -> bool:
         raise AssertionError("not served")
 
     def status(self) -> dict[str, Any]:

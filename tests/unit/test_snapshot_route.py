@@ -46,11 +46,13 @@ class GatedService(KvService):
     gate = threading.Event()
     entered = threading.Event()
 
-    def open_snapshot_stream(self) -> SnapshotStream:
+    def open_snapshot_stream(
+        self, transfer_id: str | None = None, after: bytes | None = None
+    ) -> SnapshotStream:
         if self.hold:
             self.entered.set()
             assert self.gate.wait(10)
-        return super().open_snapshot_stream()
+        return super().open_snapshot_stream(transfer_id, after)
 
 
 @pytest_asyncio.fixture

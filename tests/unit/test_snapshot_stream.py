@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import queue
+import threading
 
-from node.snapshot.export import export_snapshot
-from node.snapshot.format import SnapshotReader
+from node.snapshot.export import export_snapshot, snapshot_header
+from node.snapshot.format import HEADER_BYTES, TRAILER, SnapshotReader
+from node.snapshot.held import HeldViews
 from node.snapshot.stream import SnapshotStream
 from node.state.commands import Batch, Put, encode_entry
-from node.storage.record import Record
+from node.storage.record import PREFIX, Record, decode_body
 from node.storage.recovery import NodeStorage
 from tests.support.state import machine_of
 
@@ -58,11 +61,10 @@ def test_the_writer_stays_a_bounded_buffer_ahead_of_the_reader(storage: NodeStor
     first = stream.next_chunk(timeout=10)
     assert first.startswith(b"RKVSNAP")  # the header leaves before the export ends
     stream._thread.join(0.5)
-    assert stream._thread.is_alive() and stream.header is None  # blocked on the buffer
+    assert stream._thread.is_alive()  # blocked on the buffer
     assert stream.sent_bytes <= 4 * CHUNK
-    stream.cancel()
-    stream._thread.join(5)
-    assert not stream._thread.is_alive() and view.closed  # cancel ends it and frees LMDB
+    assert stream.end(keep=False) is None
+    assert not stream._thread.is_alive() and view.closed  # ending it frees LMDB
 
 
 def test_a_cancelled_stream_hands_out_nothing_more(storage: NodeStorage) -> None:
@@ -78,3 +80,78 @@ def test_a_cancelled_stream_hands_out_nothing_more(storage: NodeStorage) -> None
         except queue.Empty:
             break
     assert len(got) <= 1  # at most the chunk already buffered
+
+
+def _records(body: bytes) -> list[tuple[bytes, bytes, int]]:
+    """(key, value, offset) of every complete record after the header of a cut body."""
+    found = []
+    at = HEADER_BYTES
+    while at + PREFIX.size <= len(body):
+        length, _ = PREFIX.unpack_from(body, at)
+        if at + PREFIX.size + length > len(body):
+            break
+        record = decode_body(body[at + PREFIX.size : at + PREFIX.size + length])
+        found.append((record.key, record.value, record.offset))
+        at += PREFIX.size + length
+    return found
+
+
+def test_a_cut_stream_resumes_after_its_last_key_from_the_same_view(
+    storage: NodeStorage,
+) -> None:
+    fill(storage, 2_000)
+    reference = io.BytesIO()
+    export_snapshot(storage.store, reference)
+    whole = [
+        (r.key, r.value, r.offset)
+        for r, _ in SnapshotReader(io.BytesIO(reference.getvalue()), "f").records()
+    ]
+    stream = SnapshotStream(storage.store.open_detached(), chunk_bytes=CHUNK, buffer_chunks=2)
+    received = b"".join(stream.next_chunk(timeout=10) for _ in range(5))
+    view = stream.end(keep=True)
+    assert view is not None and not view.closed  # cut: the view is handed on, open
+    # Meanwhile the state moves on; the resumed part must not see it.
+    fill(storage, 3_000)
+    first = _records(received)
+    assert 0 < len(first) < 2_000
+    rest = SnapshotStream(view, chunk_bytes=CHUNK, header=stream.header, after=first[-1][0])
+    part = drain(rest)
+    assert part[:HEADER_BYTES] == received[:HEADER_BYTES]  # the same header
+    magic, count, digest = TRAILER.unpack(part[-TRAILER.size :])
+    assert magic == b"RKVSNEND" and count == 2_000 - len(first)
+    assert hashlib.sha256(part[: -TRAILER.size]).digest() == digest
+    assert first + _records(part[: -TRAILER.size]) == whole
+    assert not view.closed  # sent whole, yet kept: the reader may not have got it all
+    assert rest.end(keep=False) is None and view.closed
+
+
+def test_held_views_are_let_go_when_lmdb_asks_or_time_runs_out(storage: NodeStorage) -> None:
+    fill(storage, 200)
+    held = HeldViews(hold_seconds=30.0)
+    with storage.store.reader() as view:
+        header = snapshot_header(view)
+    kept = storage.store.open_detached()
+    held.hold("a", kept, header)
+    held.hold("b", storage.store.open_detached(), header)
+    held.hold("c", storage.store.open_detached(), header)  # at most 2: "a" goes
+    assert kept.closed and held.take("a") is None and len(held) == 2
+    b = held.take("b")
+    assert b is not None and not b.view.closed  # taken: the caller owns it now
+    b.view.close()
+    c_view = storage.store.open_detached()
+    held.hold("d", c_view, header)
+    c_view.interrupted.set()  # a map resize asks every reader to let go
+    for _ in range(100):
+        if c_view.closed:
+            break
+        threading.Event().wait(0.05)
+    assert c_view.closed and held.take("d") is None
+    short = HeldViews(hold_seconds=0.1)
+    expiring = storage.store.open_detached()
+    short.hold("e", expiring, header)
+    for _ in range(100):
+        if expiring.closed:
+            break
+        threading.Event().wait(0.05)
+    assert expiring.closed and short.take("e") is None
+    held.close_all()

@@ -12,7 +12,10 @@ BASE_BYTES = 100 * 2**20  # interpreter, libraries and buffers ("about 100 MB")
 JOURNAL_INDEX_BYTES = 24 * 5000  # 24 B of index per raft entry, --raft-compaction-entries 5000
 RESULTS_CACHE_BYTES = 8 * 2**20  # --results-cache-bytes default
 PRODUCER_STATES_BYTES = 100_000 * 300  # 100,000 producers, a few hundred bytes each
-PROPOSALS_IN_FLIGHT = 4  # entries in flight of at most 1,000 commands (their request bodies)
+REQUEST_COPIES = 4  # a write request in flight: its body, the decoded JSON, the commands, the entry
+ENTRIES_IN_FLIGHT = 4  # raft entries the leader has in flight to each follower
+SEND_COPIES = 2.5  # an entry being sent, per follower: pickled and encrypted copies
+FOLLOWERS = 2
 
 NODES = 3
 PUTS_PER_TXN = 1000
@@ -137,13 +140,15 @@ class Rebuild:
 
 
 def formula_bytes(largest_body_bytes: int) -> int:
-    """The RSS bound of docs/OPERATIONS.md, section "Memory"."""
-    return (
+    """The RSS bound of docs/OPERATIONS.md, section "Memory", for this load: IN_FLIGHT
+    write requests at once, and entries no larger than their bodies."""
+    return int(
         BASE_BYTES
         + JOURNAL_INDEX_BYTES
         + RESULTS_CACHE_BYTES
         + PRODUCER_STATES_BYTES
-        + PROPOSALS_IN_FLIGHT * largest_body_bytes
+        + IN_FLIGHT * REQUEST_COPIES * largest_body_bytes
+        + FOLLOWERS * ENTRIES_IN_FLIGHT * SEND_COPIES * largest_body_bytes
     )
 
 

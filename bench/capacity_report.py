@@ -11,18 +11,21 @@ from typing import Any
 
 from bench.capacity_model import (
     BASE_BYTES,
+    ENTRIES_IN_FLIGHT,
+    FOLLOWERS,
     HOT_EVERY,
     HOT_SHARE,
     IN_FLIGHT,
     JOURNAL_INDEX_BYTES,
     NODES,
     PRODUCER_STATES_BYTES,
-    PROPOSALS_IN_FLIGHT,
     PUTS_PER_TXN,
     READ_KINDS,
     READ_THREADS,
+    REQUEST_COPIES,
     RESULTS_CACHE_BYTES,
     SAMPLE_INTERVAL_S,
+    SEND_COPIES,
     TARGET_DISK_RATIO,
     TARGET_LOAD_MB_S,
     TARGET_REBUILD_MB_S,
@@ -148,8 +151,9 @@ def format_report(rows: list[Row]) -> str:
             format_targets(rows),
             f"formula (docs/OPERATIONS.md, Memory): base {mib(BASE_BYTES):.0f} MiB + journal "
             f"index {JOURNAL_INDEX_BYTES:,} B + results cache {mib(RESULTS_CACHE_BYTES):.0f} MiB "
-            f"+ producers {PRODUCER_STATES_BYTES:,} B + {PROPOSALS_IN_FLIGHT} x the largest "
-            "transaction body sent",
+            f"+ producers {PRODUCER_STATES_BYTES:,} B + {IN_FLIGHT} requests in flight x "
+            f"{REQUEST_COPIES} x the largest transaction body sent + {FOLLOWERS} followers x "
+            f"{ENTRIES_IN_FLIGHT} entries in flight x {SEND_COPIES} x that body",
         ]
     )
 
@@ -249,14 +253,15 @@ leader with POST /v1/txn ({PUTS_PER_TXN} puts per transaction, {IN_FLIGHT} in fl
 {SAMPLE_INTERVAL_S} s for the whole row (the rebuilt process included). Peak charge: the
 cgroup's own peak, which counts the page cache too. Formula: docs/OPERATIONS.md, section
 "Memory" (base {mib(BASE_BYTES):.0f} MiB + journal index + results cache + producers' states +
-{PROPOSALS_IN_FLIGHT} x the largest transaction body). Disk: files in each data directory
-after the load, allocated (st_blocks x 512) and apparent (st_size), per logical byte (key +
-value bytes of one replica), the maximum over the nodes. Reads: {READ_THREADS} threads with
-keep-alive connections; stale on a follower, linearizable on the leader; skewed = {HOT_SHARE:.0%}
-of reads on a hot 1% of the keys (every {HOT_EVERY}th), the rest uniform; the client is Python
-on the same machine. Rebuild: a follower SIGKILLed, its data directory deleted, restarted in its
-cgroup; timed until /readyz is 200 and its applied offset reaches the leader's; MB/s = value
-bytes of one replica per second.</p>
+{IN_FLIGHT} requests in flight x {REQUEST_COPIES} x the largest transaction body + {FOLLOWERS}
+followers x {ENTRIES_IN_FLIGHT} entries in flight x {SEND_COPIES} x that body). Disk: files in
+each data directory after the load, allocated (st_blocks x 512) and apparent (st_size), per
+logical byte (key + value bytes of one replica), the maximum over the nodes. Reads:
+{READ_THREADS} threads with keep-alive connections; stale on a follower, linearizable on the
+leader; skewed = {HOT_SHARE:.0%} of reads on a hot 1% of the keys (every {HOT_EVERY}th), the
+rest uniform; the client is Python on the same machine. Rebuild: a follower SIGKILLed, its
+data directory deleted, restarted in its cgroup; timed until /readyz is 200 and its applied
+offset reaches the leader's; MB/s = value bytes of one replica per second.</p>
 <h2>Load, memory, disk</h2>{html_table(LOAD_HEADER, [load_cells(r) for r in rows])}
 <h2>Reads</h2>{html_table(READ_HEADER, [read_cells(r) for r in rows])}
 <h2>Rebuild</h2>{html_table(REBUILD_HEADER, [rebuild_cells(r) for r in rows])}
@@ -309,7 +314,11 @@ def write_results(out: Path, rows: list[Row], meta: str) -> None:
                 "journal_index_bytes": JOURNAL_INDEX_BYTES,
                 "results_cache_bytes": RESULTS_CACHE_BYTES,
                 "producer_states_bytes": PRODUCER_STATES_BYTES,
-                "proposals_in_flight": PROPOSALS_IN_FLIGHT,
+                "requests_in_flight": IN_FLIGHT,
+                "request_copies": REQUEST_COPIES,
+                "followers": FOLLOWERS,
+                "entries_in_flight": ENTRIES_IN_FLIGHT,
+                "send_copies": SEND_COPIES,
             },
         },
         "targets": {

@@ -9,6 +9,12 @@ when it is closed, the file is fsynced and the index is written beside it
 
 Finding an offset is a binary search in the sparse index followed by a short
 forward scan; an offset that is not present yields the next greater one.
+
+Memory: only the active segment's index is in memory (two arrays of u64, 16
+bytes per ``index_interval_bytes`` of it, so at most 256 KiB for a 64 MiB
+segment). A closed segment searches its index file with ``pread`` (its pages
+are page cache, which the kernel reclaims), so a node's memory does not grow
+with the size of its log.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import os
 import struct
 import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -110,8 +117,9 @@ class Segment:
         self.last_offset = 0
         self._interval = index_interval_bytes
         self._max_record_bytes = max_record_bytes
-        self._index_offsets: list[int] = []
-        self._index_positions: list[int] = []
+        self._index_offsets = array("Q")  # in memory while active (or being opened)
+        self._index_positions = array("Q")
+        self._disk_entries = 0  # closed: how many entries the index file holds
         self._last_indexed_position = -index_interval_bytes
         self._fd: int | None = None
         self._synced_size = 0
@@ -152,8 +160,10 @@ class Segment:
         segment._scan(start, file_size, allow_torn_tail=active)
         if active:
             segment._fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
-        elif not segment.index_path.exists():
-            segment._write_index()
+        else:
+            if not segment.index_path.exists():
+                segment._write_index()
+            segment._leave_index_on_disk()
         return segment
 
     def _load_index(self, file_size: int) -> bool:
@@ -164,14 +174,14 @@ class Segment:
         if not raw or len(raw) % _INDEX_ENTRY.size:
             logger.warning("rebuilding damaged index %s", self.index_path)
             return False
-        pairs = list(_INDEX_ENTRY.iter_unpack(raw))
-        offsets = [o for o, _ in pairs]
-        positions = [p for _, p in pairs]
-        if (
-            offsets != sorted(offsets)
-            or positions != sorted(positions)
-            or positions[-1] >= file_size
-        ):
+        offsets, positions = array("Q"), array("Q")
+        for offset, position in _INDEX_ENTRY.iter_unpack(raw):
+            if offsets and (offset <= offsets[-1] or position <= positions[-1]):
+                logger.warning("rebuilding inconsistent index %s", self.index_path)
+                return False
+            offsets.append(offset)
+            positions.append(position)
+        if positions[-1] >= file_size:
             logger.warning("rebuilding inconsistent index %s", self.index_path)
             return False
         self._index_offsets, self._index_positions = offsets, positions
@@ -181,8 +191,9 @@ class Segment:
 
     def _scan(self, start: int, file_size: int, allow_torn_tail: bool) -> None:
         if start == 0:
-            self._index_offsets, self._index_positions = [], []
+            self._index_offsets, self._index_positions = array("Q"), array("Q")
             self._last_indexed_position = -self._interval
+        loaded = len(self._index_offsets)
         valid_end = entry_end = start
         with open(self.log_path, "rb", buffering=_READ_BUFFER) as f:
             try:
@@ -204,6 +215,8 @@ class Segment:
                 )
                 os.truncate(self.log_path, exc.position)
         self.size = valid_end
+        if not allow_torn_tail and start and len(self._index_offsets) > loaded:
+            self.index_path.unlink(missing_ok=True)  # it lacks entries: written anew
         if allow_torn_tail and entry_end < valid_end:
             logger.warning(
                 "dropping an incomplete raft entry at the tail of %s: %d bytes from byte %d "
@@ -273,6 +286,12 @@ class Segment:
         os.close(self._fd)
         self._fd = None
         self._write_index()
+        self._leave_index_on_disk()
+
+    def _leave_index_on_disk(self) -> None:
+        """A closed segment's index is searched in its file from now on."""
+        self._disk_entries = len(self._index_offsets)
+        self._index_offsets, self._index_positions = array("Q"), array("Q")
 
     def _write_index(self) -> None:
         tmp = self.index_path.with_suffix(INDEX_SUFFIX + ".tmp")
@@ -294,12 +313,46 @@ class Segment:
 
     @property
     def index_entries(self) -> int:
-        return len(self._index_offsets)
+        return self._disk_entries or len(self._index_offsets)
 
     def position_for(self, offset: int) -> int:
         """Byte position of the last indexed record at or before ``offset``."""
-        i = bisect.bisect_right(self._index_offsets, offset) - 1
-        return self._index_positions[i] if i >= 0 else 0
+        if not self._disk_entries:
+            i = bisect.bisect_right(self._index_offsets, offset) - 1
+            return self._index_positions[i] if i >= 0 else 0
+        fd = os.open(self.index_path, os.O_RDONLY)
+        try:
+            low, high = 0, self._disk_entries  # the first entry above offset is in [low, high]
+            while low < high:
+                middle = (low + high) // 2
+                if self._entry(fd, middle)[0] <= offset:
+                    low = middle + 1
+                else:
+                    high = middle
+            return self._entry(fd, low - 1)[1] if low else 0
+        finally:
+            os.close(fd)
+
+    def _entry(self, fd: int, i: int) -> tuple[int, int]:
+        raw = os.pread(fd, _INDEX_ENTRY.size, i * _INDEX_ENTRY.size)
+        if len(raw) != _INDEX_ENTRY.size:
+            raise FileNotFoundError(f"{self.index_path} was replaced by a compaction")
+        offset, position = _INDEX_ENTRY.unpack(raw)
+        return int(offset), int(position)
+
+    def _indexed_positions(self, count: int) -> list[int]:
+        """About ``count`` indexed positions spread evenly over the segment."""
+        entries = self.index_entries
+        if not entries:
+            return []
+        step = max(1, entries // count)
+        if not self._disk_entries:
+            return list(self._index_positions[::step])
+        fd = os.open(self.index_path, os.O_RDONLY)
+        try:
+            return [self._entry(fd, i)[1] for i in range(0, entries, step)]
+        finally:
+            os.close(fd)
 
     def raw_records(self) -> Iterator[tuple[int, bytes]]:
         """Every record as (file position, verified frame bytes), read in large blocks:
@@ -339,14 +392,13 @@ class Segment:
         """The verified bodies of about ``count`` records spread evenly over the file by
         bytes (records at indexed positions): what compaction estimates a segment's
         droppable share from without reading it all."""
-        positions = self._index_positions
+        positions = self._indexed_positions(count)
         if not positions:
             return
-        step = max(1, len(positions) // count)
         with open(self.log_path, "rb", buffering=0) as f:
             if os.fstat(f.fileno()).st_ino != self._inode:
                 raise FileNotFoundError(f"{self.log_path} was replaced by a compaction")
-            for position in positions[::step]:
+            for position in positions:
                 try:
                     _, body = next(iter_frames(f, position, self.size, self._max_record_bytes))
                 except FrameError as exc:

@@ -96,6 +96,20 @@ def test_sparse_index_binary_search_lands_at_or_before_the_offset(
         assert found <= positions[offset]
         assert positions[offset] - found < 256 + 200  # within one index interval
         assert next(segment.read_from(offset)).offset == offset
+    in_memory = [segment.position_for(offset) for offset in range(0, 2003)]
+    # Closed, the segment keeps its index in its file only, and searches it there.
+    entries = segment.index_entries
+    log.roll()
+    assert len(segment._index_offsets) == len(segment._index_positions) == 0
+    assert segment.index_entries == entries
+    assert [segment.position_for(offset) for offset in range(0, 2003)] == in_memory
+    log.close()
+    reopened = CommitLog.open(tmp_path, config)
+    closed = reopened.closed_segments()[0]
+    assert len(closed._index_offsets) == 0 and closed.index_entries == entries
+    assert [closed.position_for(offset) for offset in range(0, 2003)] == in_memory
+    assert [r.offset for r in reopened.read(1)] == list(range(1, 2001))
+    assert len(list(closed.sample(16))) >= 16
 
 
 def test_closed_segment_without_index_rebuilds_it(

@@ -109,6 +109,7 @@ async def serve(
             if joining is not None:
                 joining.cancel()
             await http.stop()
+            service.close_held_snapshots()
     finally:
         await consensus.stop()
         # Running exports stop (and release LMDB and the log) before storage closes.

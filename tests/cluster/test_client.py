@@ -415,17 +415,29 @@ def test_write_retries_only_when_it_was_not_applied() -> None:
     ]
 
     # The leader refuses connections (it died): nothing was sent, so the client asks
-    # the others again (pausing while they still name the dead node) until one names
-    # the new leader, and writes there.
+    # the others again, pausing while they still name the dead node; after each pause
+    # it tries every node again (the dead one may be back), until one names the new
+    # leader, and writes there.
     refused = _Failure(ConnectionRefusedError("refused"), sent=False)
-    answers = fake_cluster(refused, ok, leaders=[A, A, A, B])
-    version, sent, slept = drive(core().put("k", "v", None, False), answers)
+    named = [A, A, B]
+    writes: list[_Reply | _Failure] = [refused, ok]
+
+    def a_dies(send: _Send) -> _Reply | _Failure:
+        if send.target == "/v1/status":
+            if send.base == A and len(writes) < 2:
+                return refused
+            leader = named.pop(0) if len(named) > 1 else named[0]
+            members = [{"id": "a", "url": A}, {"id": "b", "url": B}]
+            return reply(200, {"leader": {"id": leader, "url": leader}, "members": members})
+        return writes.pop(0)
+
+    version, sent, slept = drive(core().put("k", "v", None, False), a_dies)
     assert version == 7 and slept > 0
     assert sent == [
         "GET http://a:1/v1/status",
         "PUT http://a:1/v1/kv/k",
         "GET http://b:1/v1/status",
-        "GET http://b:1/v1/status",
+        "GET http://a:1/v1/status",
         "GET http://b:1/v1/status",
         "PUT http://b:1/v1/kv/k",
     ]

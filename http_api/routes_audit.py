@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from pathlib import Path
 from typing import Protocol
 
 from aiohttp import web
 
+from http_api.bodies import read_body, read_json
 from http_api.errors import json_response
 from node.errors import AuditExportFailed, InvalidRequest, Unavailable
 from node.service.audit import AuditStarted
@@ -63,13 +63,10 @@ AUDITS: web.AppKey[AuditApi] = web.AppKey("audits", AuditApi)
 
 
 async def _start_body(request: web.Request) -> tuple[str | None, int | None]:
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw.strip():
         return None, None
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise InvalidRequest(f"the body must be JSON: {_BODY}") from None
+    body = await read_json(request, f"JSON: {_BODY}")
     if not isinstance(body, dict):
         raise InvalidRequest(f"the body must be a JSON object: {_BODY}")
     unknown = set(body) - {"audit_id", "buckets"}

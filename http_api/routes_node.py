@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from aiohttp import web
 
+from http_api.bodies import read_json
 from http_api.encoding import encode_bytes, encoding_param, raw_query
 from http_api.errors import json_response
 from http_api.kv_api import KvApi
@@ -49,10 +50,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         return json_response({"members": request.app[service_key].members()})
 
     async def add_member(request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise InvalidRequest('the body must be JSON: {"id", "raft_address", "url"}') from None
+        body = await read_json(request, 'JSON: {"id", "raft_address", "url"}')
         if not isinstance(body, dict):
             raise InvalidRequest('the body must be a JSON object: {"id", "raft_address", "url"}')
         fields = [body.get(name) for name in ("id", "raft_address", "url")]

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from http_api.bodies import read_body, read_json
 from http_api.errors import json_response
 from http_api.kv_api import KvApi
 from node.errors import InvalidRequest
@@ -20,11 +21,8 @@ from node.errors import InvalidRequest
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def init_producer(request: web.Request) -> web.Response:
         body: Any = {}
-        if await request.read():
-            try:
-                body = await request.json()
-            except (ValueError, RecursionError):
-                raise InvalidRequest("the body must be a JSON object") from None
+        if await read_body(request):
+            body = await read_json(request)
         if not isinstance(body, dict):
             raise InvalidRequest("the body must be a JSON object")
         unknown = set(body) - {"transactional_id"}

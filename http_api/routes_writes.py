@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from http_api.bodies import read_body, read_json
 from http_api.encoding import (
     encode_bytes,
     encoding_param,
@@ -52,7 +53,7 @@ async def _read_value(request: web.Request, kv: KvApi) -> bytes:
         raise PayloadTooLarge(
             f"value is {request.content_length} bytes; the limit is {kv.max_value_bytes}"
         )
-    return await request.read()
+    return await read_body(request)
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
@@ -103,10 +104,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def txn(request: web.Request) -> web.Response:
         params = raw_query(request)
         encoding = encoding_param(params)
-        try:
-            body: Any = await request.json()
-        except (ValueError, RecursionError):
-            raise InvalidRequest("the body must be a JSON object") from None
+        body: Any = await read_json(request)
         kv = service(request)
         command = parse_txn(body, encoding, kv)
         result = await kv.txn(command, producer_from_headers(request))

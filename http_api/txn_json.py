@@ -61,8 +61,11 @@ def _key(
         name = item["checkpoint"]
         if "key" in item or not checkpoint_ok:
             raise InvalidRequest(f"{where}: a checkpoint takes compare, put or get, without key")
-        if not isinstance(name, str) or (problem := checkpoint_name_problem(name)):
-            raise InvalidRequest(f"{where}.checkpoint: {problem or 'must be a string'}")
+        if not isinstance(name, str):
+            raise InvalidRequest(f"{where}.checkpoint must be a string")
+        problem = checkpoint_name_problem(name)
+        if problem:
+            raise InvalidRequest(f"{where}.checkpoint: {problem}")
         return checkpoint_key(name)
     if "key" not in item:
         raise InvalidRequest(f"{where} needs a key")

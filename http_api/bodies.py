@@ -1,0 +1,51 @@
+"""Reading request bodies: whatever a client sends, a bad body is a 400, never a 500.
+
+A body is read whole (aiohttp caps it at the application's ``client_max_size``:
+413 above it); a ``Content-Encoding`` that does not decode, a charset Python
+does not know, text that is not in that charset, JSON that does not parse or
+nests too deep all answer 400 ``invalid_request`` naming the problem.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
+
+from node.errors import InvalidRequest
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The body's bytes, decoded from its Content-Encoding."""
+    try:
+        return await request.read()
+    except (HttpProcessingError, RequestPayloadError) as exc:
+        # The rest of the body cannot be read either: mark it ended, so that aiohttp
+        # does not try to drain it after the answer (and log the same error again).
+        request.content.feed_eof()
+        message = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+        raise InvalidRequest(f"the body cannot be read: {message.strip()}") from None
+
+
+async def read_json(request: web.Request, what: str = "a JSON object") -> Any:
+    """The body as JSON, in the charset its Content-Type names (UTF-8 by default)."""
+    raw = await read_body(request)
+    charset = request.charset or "utf-8"
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        raise InvalidRequest(f"unknown charset {charset!r} in Content-Type") from None
+    try:
+        text = raw.decode(charset)
+    except UnicodeDecodeError:
+        raise InvalidRequest(f"the body is not valid {charset}") from None
+    try:
+        return json.loads(text)
+    except RecursionError:  # the C parser stops at the interpreter's recursion limit
+        raise InvalidRequest("the body's JSON nests too deep") from None
+    except ValueError:
+        raise InvalidRequest(f"the body must be {what}") from None

@@ -71,11 +71,11 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
+from bench import nodes as cluster
 from bench.capacity_model import (
     ALPHABET,
     CATCH_UP_TIMEOUT_S,
@@ -107,14 +107,11 @@ from bench.capacity_model import (
     mib,
 )
 from bench.capacity_report import format_report, write_results
+from bench.nodes import applied, leader_of, ready
 from bench.procs import Processes, Server, interrupt_on_signals
 from bench.support import (
     LOOPBACK,
-    REPO,
     BenchError,
-    free_ports,
-    http_json,
-    http_request,
     progress,
     wait_until,
 )
@@ -136,90 +133,38 @@ def value_of(i: int, value_bytes: int) -> str:
 
 
 @dataclass
-class Node:
-    node_id: str
-    url: str
-    data_dir: Path
-    argv: list[str]
-    group: memcg.MemoryCgroup
-    server: Server | None = None
+class Node(cluster.Node):
+    """A node of bench/nodes.py and the memory cgroup it runs in."""
 
-    @property
-    def alive(self) -> bool:
-        return self.server is not None and self.server.exited() is None
+    group: memcg.MemoryCgroup = field(kw_only=True)
 
 
 def make_nodes(scratch: Path, groups: list[memcg.MemoryCgroup]) -> list[Node]:
-    secret = scratch / "cluster.secret"
-    secret.write_text("bench-secret-" + os.urandom(16).hex())
-    ports = free_ports(2 * NODES)
-    ids = [f"n{i}" for i in range(NODES)]
-    urls = [f"http://{LOOPBACK}:{ports[2 * i]}" for i in range(NODES)]
-    rafts = [f"{LOOPBACK}:{ports[2 * i + 1]}" for i in range(NODES)]
-    nodes = []
-    for i in range(NODES):
-        data_dir = scratch / ids[i]
-        argv = [sys.executable, "-m", "node.cli", "node", "--id", ids[i]]
-        argv += ["--data-dir", str(data_dir), "--listen", urls[i].removeprefix("http://")]
-        argv += ["--raft-listen", rafts[i], "--secret-file", str(secret)]
-        for j in range(NODES):
-            if j != i:
-                argv += ["--peer", f"{ids[j]},{rafts[j]},{urls[j]}"]
-        nodes.append(Node(ids[i], urls[i], data_dir, argv, groups[i]))
-    return nodes
+    """The nodes of bench/nodes.py on default settings, node i in ``groups[i]``."""
+    return [
+        Node(n.node_id, n.url, n.data_dir, n.argv, group=group)
+        for n, group in zip(cluster.make_nodes(scratch), groups, strict=True)
+    ]
 
 
 def start_node(procs: Processes, node: Node, log_name: str) -> Server:
     """Start ``node`` inside its cgroup, on default settings (no RKV_* variables)."""
-    node.data_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RKV_")}
-    env["PYTHONPATH"] = str(REPO)
-    server: Server = procs.start(
-        node.node_id, node.group.wrap(node.argv), node.data_dir.parent / log_name, env
-    )
-    node.server = server
-    return server
+    return cluster.start_node(procs, node, log_name, wrap=node.group.wrap, drop_rkv_env=True)
+
+
+def oom_kills(node: Node) -> str:
+    """The line ``exited`` adds about a stopped node: its cgroup's OOM kills."""
+    return f"(OOM kills in its cgroup: {node.group.oom_kills()})"
 
 
 def exited(nodes: list[Node]) -> str | None:
-    for node in nodes:
-        problem = node.server.exited() if node.server else None
-        if problem is not None:
-            return f"{problem}\n(OOM kills in its cgroup: {node.group.oom_kills()})"
-    return None
+    """How the first node that stopped ended, with its cgroup's OOM kills."""
+    return cluster.exited(nodes, oom_kills)
 
 
-def ready(node: Node) -> bool:
-    return http_request(f"{node.url}/readyz")[0] == 200
-
-
-def status(node: Node) -> dict[str, Any]:
-    found = http_json(f"{node.url}/v1/status")
-    return found if isinstance(found, dict) else {}
-
-
-def leader_of(nodes: list[Node]) -> Node | None:
-    for asked in nodes:
-        if not asked.alive:
-            continue
-        leader = status(asked).get("leader")
-        if isinstance(leader, dict):
-            found = next((n for n in nodes if n.node_id == leader.get("id")), None)
-            if found is not None and found.alive:
-                return found
-    return None
-
-
-def wait_leader(nodes: list[Node], timeout: float = 60.0) -> Node:
-    wait_until("a leader", lambda: leader_of(nodes) is not None, timeout, lambda: exited(nodes))
-    leader = leader_of(nodes)
-    if leader is None:
-        raise BenchError("the leader went away")
-    return leader
-
-
-def applied(node: Node) -> int:
-    return int(status(node).get("applied_offset") or 0)
+def wait_leader(nodes: list[Node]) -> Node:
+    """The leader, waited for up to 60 s; fails once a node stops (with its OOM kills)."""
+    return cluster.wait_leader(nodes, explain=oom_kills)
 
 
 def connect(url: str, timeout: float) -> http.client.HTTPConnection:

@@ -36,22 +36,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+from bench import nodes as cluster
 from bench.compaction import bar_chart
-from bench.procs import Processes, Server, interrupt_on_signals
+from bench.nodes import Node, applied, exited, leader_of, ready, status, wait_leader
+from bench.procs import Processes, interrupt_on_signals
 from bench.support import (
-    LOOPBACK,
-    REPO,
     BenchError,
-    free_ports,
-    http_json,
     http_request,
     progress,
     wait_until,
 )
 
-NODES = 3
 VALUE_BYTES = 100
 PUTS_PER_TXN = 1000
 CONCURRENCY = 4
@@ -80,73 +76,6 @@ def value_of(i: int) -> str:
 
 
 # -- the cluster --------------------------------------------------------------------
-
-
-@dataclass
-class Node:
-    node_id: str
-    url: str
-    data_dir: Path
-    argv: list[str]
-    server: Server | None = None
-
-
-def make_nodes(scratch: Path) -> list[Node]:
-    secret = scratch / "cluster.secret"
-    secret.write_text("bench-secret-" + os.urandom(16).hex())
-    ports = free_ports(2 * NODES)
-    ids = [f"n{i}" for i in range(NODES)]
-    urls = [f"http://{LOOPBACK}:{ports[2 * i]}" for i in range(NODES)]
-    rafts = [f"{LOOPBACK}:{ports[2 * i + 1]}" for i in range(NODES)]
-    nodes = []
-    for i in range(NODES):
-        data_dir = scratch / ids[i]
-        argv = [sys.executable, "-m", "node.cli", "node", "--id", ids[i]]
-        argv += ["--data-dir", str(data_dir), "--listen", urls[i].removeprefix("http://")]
-        argv += ["--raft-listen", rafts[i], "--secret-file", str(secret)]
-        argv += ["--raft-compaction-entries", str(RAFT_COMPACTION_ENTRIES)]
-        for j in range(NODES):
-            if j != i:
-                argv += ["--peer", f"{ids[j]},{rafts[j]},{urls[j]}"]
-        nodes.append(Node(ids[i], urls[i], data_dir, argv))
-    return nodes
-
-
-def start_node(procs: Processes, node: Node) -> Server:
-    node.data_dir.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"PYTHONPATH": str(REPO)}
-    node.server = procs.start(
-        node.node_id, node.argv, node.data_dir.parent / f"{node.node_id}.log", env
-    )
-    return node.server
-
-
-def exited(nodes: list[Node]) -> str | None:
-    for node in nodes:
-        problem = node.server.exited() if node.server else None
-        if problem is not None:
-            return problem
-    return None
-
-
-def ready(node: Node) -> bool:
-    return http_request(f"{node.url}/readyz")[0] == 200
-
-
-def status(node: Node) -> dict[str, Any]:
-    found = http_json(f"{node.url}/v1/status")
-    return found if isinstance(found, dict) else {}
-
-
-def leader_of(nodes: list[Node]) -> Node | None:
-    leader = status(nodes[0]).get("leader")
-    if not isinstance(leader, dict):
-        return None
-    return next((n for n in nodes if n.node_id == leader.get("id")), None)
-
-
-def applied(node: Node) -> int:
-    return int(status(node).get("applied_offset") or 0)
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -275,16 +204,13 @@ def log_phases(log: Path, restarted_wall: float) -> dict[str, float]:
 
 
 def measure(procs: Processes, scratch: Path, keys: int) -> Row:
-    nodes = make_nodes(scratch)
+    nodes = cluster.make_nodes(scratch, ["--raft-compaction-entries", str(RAFT_COMPACTION_ENTRIES)])
     for node in nodes:
-        start_node(procs, node)
+        cluster.start_node(procs, node)
     wait_until(
         "/readyz on 3 nodes", lambda: all(map(ready, nodes)), START_TIMEOUT_S, lambda: exited(nodes)
     )
-    wait_until("a leader", lambda: leader_of(nodes) is not None, 30, lambda: exited(nodes))
-    leader = leader_of(nodes)
-    if leader is None:
-        raise BenchError("the leader went away")
+    leader = wait_leader(nodes, 30)
     progress(f"leader {leader.node_id}; loading {keys:,} keys, {PUTS_PER_TXN} puts per txn")
     load_seconds = load(leader.url, keys)
     target = applied(leader)
@@ -309,7 +235,7 @@ def measure(procs: Processes, scratch: Path, keys: int) -> Row:
     log = victim.data_dir.parent / f"{victim.node_id}.log"
     restarted_wall = time.time()
     started = time.perf_counter()
-    server = start_node(procs, victim)
+    server = cluster.start_node(procs, victim)
     became_ready: list[float] = []
 
     def rebuilt() -> bool:
@@ -381,7 +307,7 @@ def write_results(out: Path, rows: list[Row], meta: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     report = {
         "meta": meta,
-        "config": {"nodes": NODES, "value_bytes": VALUE_BYTES, "puts_per_txn": PUTS_PER_TXN}
+        "config": {"nodes": cluster.NODES, "value_bytes": VALUE_BYTES, "puts_per_txn": PUTS_PER_TXN}
         | {"concurrency": CONCURRENCY, "raft_compaction_entries": RAFT_COMPACTION_ENTRIES},
         "targets": {"seconds_at_most": TARGET_S},
         "rows": [asdict(r) | {"keys_per_s": r.keys_per_s, "status": r.status} for r in rows],

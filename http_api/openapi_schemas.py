@@ -64,7 +64,8 @@ def _txn_schemas() -> dict[str, Any]:
     return {
         "Txn": {
             "type": "object",
-            "description": f"At most {MAX_TXN_OPS} compares and ops in all (more: 413).",
+            "description": f"At most --max-txn-ops (1024 by default, {MAX_TXN_OPS} at most) "
+            "compares and ops in all (more: 413 txn_too_large).",
             "additionalProperties": False,
             "properties": {
                 "compare": {"type": "array", "items": compare},

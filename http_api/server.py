@@ -14,7 +14,12 @@ SHUTDOWN_SECONDS = 1.0
 
 class HttpServer:
     def __init__(
-        self, service: KvApi, host: str, port: int, audits: AuditApi | None = None
+        self,
+        service: KvApi,
+        host: str,
+        port: int,
+        audits: AuditApi | None = None,
+        idle_timeout: float = 60.0,
     ) -> None:
         # A 4096-byte key percent-encodes to ~12 KB of request line: raise
         # aiohttp's 8 KB line and header limits so such requests reach the app
@@ -28,6 +33,9 @@ class HttpServer:
             # On SIGTERM, open streams (snapshot downloads, watches) get this long to
             # end before their handlers are cancelled.
             shutdown_timeout=SHUTDOWN_SECONDS,
+            # An idle keep-alive connection is closed after this (aiohttp's default is
+            # an hour: a client could hold thousands of sockets for nothing).
+            keepalive_timeout=idle_timeout,
         )
         self._host = host
         self._port = port

@@ -33,7 +33,6 @@ from node.keyspace import (
 from node.state.commands import (
     INT64_MAX,
     INT64_MIN,
-    MAX_TXN_OPS,
     Compare,
     CompareTarget,
     Txn,
@@ -141,8 +140,12 @@ def parse_txn(body: Any, encoding: str, kv: KvApi) -> Txn:
         raise InvalidRequest(f"unknown fields: {', '.join(sorted(unknown))}")
     compares, success, failure = (_list(body, n) for n in ("compare", "success", "failure"))
     size = len(compares) + len(success) + len(failure)
-    if size > MAX_TXN_OPS:
-        raise PayloadTooLarge(f"a transaction holds at most {MAX_TXN_OPS} compares and ops")
+    if size > kv.max_txn_ops:
+        raise PayloadTooLarge(
+            f"the transaction holds {size} compares and ops; this node takes at most "
+            f"{kv.max_txn_ops} (--max-txn-ops)",
+            code="txn_too_large",
+        )
     return Txn(
         tuple(_compare(c, encoding, kv, f"compare[{i}]") for i, c in enumerate(compares)),
         tuple(_op(o, encoding, kv, f"success[{i}]") for i, o in enumerate(success)),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
+from node.state.commands import MAX_TXN_OPS
 from node.state.producers import DEFAULT_EXPIRY_MS
 from node.storage.compaction import CompactionPolicy
 from node.storage.compactor import CompactionTriggers
@@ -23,6 +24,8 @@ from raft.config import Member, RaftConfig
 
 ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
+DEFAULT_HTTP_IDLE_TIMEOUT = 60.0  # seconds an idle keep-alive connection stays open
+DEFAULT_MAX_TXN_OPS = 1024  # etcd's --max-txn-ops is 128; the state machine's own bound is 10,000
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
@@ -44,6 +47,8 @@ class NodeConfig:
     compaction_policy: CompactionPolicy
     compaction_triggers: CompactionTriggers
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
+    http_idle_timeout: float = DEFAULT_HTTP_IDLE_TIMEOUT
+    max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     transfer_rate_bytes: int = DEFAULT_TRANSFER_RATE
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
@@ -134,6 +139,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--watch-keepalive",
         help="seconds an idle /v1/watch stream waits before a keep-alive line "
         f"(RKV_WATCH_KEEPALIVE, {DEFAULT_WATCH_KEEPALIVE:g})",
+    )
+    add(
+        "--http-idle-timeout",
+        help="seconds an idle keep-alive HTTP connection stays open "
+        f"(RKV_HTTP_IDLE_TIMEOUT, {DEFAULT_HTTP_IDLE_TIMEOUT:g})",
+    )
+    add(
+        "--max-txn-ops",
+        help="most compares and ops one POST /v1/txn may hold, 1 to "
+        f"{MAX_TXN_OPS} (RKV_MAX_TXN_OPS, {DEFAULT_MAX_TXN_OPS})",
     )
 
 
@@ -296,6 +311,14 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     producer_expiry = _positive_float(
         _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
     )
+    http_idle_timeout = _positive_float(
+        _value(args, env, "http_idle_timeout"), "--http-idle-timeout", DEFAULT_HTTP_IDLE_TIMEOUT
+    )
+    max_txn_ops = _positive_int(
+        _value(args, env, "max_txn_ops"), "--max-txn-ops", DEFAULT_MAX_TXN_OPS
+    )
+    if max_txn_ops > MAX_TXN_OPS:
+        raise ConfigError(f"--max-txn-ops must be at most {MAX_TXN_OPS}, not {max_txn_ops}")
     rate_text = _value(args, env, "transfer_rate")
     if rate_text is not None and not rate_text.isdigit():
         raise ConfigError(
@@ -324,6 +347,8 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         policy,
         triggers,
         watch_keepalive=watch_keepalive,
+        http_idle_timeout=http_idle_timeout,
+        max_txn_ops=max_txn_ops,
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
         audit_dir=audit_dir,

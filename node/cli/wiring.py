@@ -77,12 +77,15 @@ async def serve(
             watch_keepalive=config.watch_keepalive,
             producer_expiry_ms=int(config.producer_expiry_seconds * 1000),
             transfer_rate_bytes=config.transfer_rate_bytes,
+            max_txn_ops=config.max_txn_ops,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
         )
         audits = AuditService(consensus, storage.store, exporter)
-        http = HttpServer(service, config.http_host, config.http_port, audits)
+        http = HttpServer(
+            service, config.http_host, config.http_port, audits, config.http_idle_timeout
+        )
         await http.start()
         logger.info(
             "node %s: HTTP on %s, raft on %s%s",

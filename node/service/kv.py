@@ -45,6 +45,7 @@ from node.service.pace import Pace
 from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
 from node.snapshot.stream import SnapshotStream
 from node.state.commands import (
+    MAX_TXN_OPS,
     Append,
     Command,
     Delete,
@@ -184,6 +185,7 @@ class KvService:
         producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
         transfer_rate_bytes: int = 0,
         transfer_hold_seconds: float = DEFAULT_HOLD_SECONDS,
+        max_txn_ops: int = MAX_TXN_OPS,
     ) -> None:
         self._producer_expiry_ms = producer_expiry_ms
         self._transfer_rate_bytes = transfer_rate_bytes
@@ -194,11 +196,18 @@ class KvService:
         self._log = log
         self._compactor = compactor
         self._max_value_bytes = max_value_bytes
+        self._max_txn_ops = max_txn_ops
         self._read_wait_timeout = read_wait_timeout
 
     @property
     def max_value_bytes(self) -> int:
         return self._max_value_bytes
+
+    @property
+    def max_txn_ops(self) -> int:
+        """Most compares and ops a transaction may hold here (at most the state machine's
+        MAX_TXN_OPS, which every replica applies the same)."""
+        return self._max_txn_ops
 
     # -- validation ---------------------------------------------------------------
 

@@ -41,6 +41,10 @@ class NoService:
     def max_value_bytes(self) -> int:
         return DEFAULT_MAX_VALUE_BYTES
 
+    @property
+    def max_txn_ops(self) -> int:
+        return 1024
+
     def check_key(self, key: bytes) -> None:
         raise NotImplementedError
 

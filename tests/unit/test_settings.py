@@ -31,6 +31,8 @@ def test_flags_make_a_config_with_defaults() -> None:
     ]
     assert config.raft.journal_dir == "/tmp/x/raft"
     assert config.secret == b"s" * 32
+    assert (config.max_txn_ops, config.http_idle_timeout) == (1024, 60.0)
+    assert config.compaction_triggers.min_dirty_ratio == 0.5
 
 
 def test_environment_variables_fill_in_and_flags_win() -> None:
@@ -63,6 +65,10 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         ([*BASE, "--max-value-bytes", "-1"], SECRET, "--max-value-bytes must be a positive"),
         ([*BASE, "--proposal-timeout", "soon"], SECRET, "--proposal-timeout must be a number"),
         ([*BASE, "--log-level", "LOUD"], SECRET, "--log-level must be"),
+        ([*BASE, "--max-txn-ops", "10001"], SECRET, "--max-txn-ops must be at most 10000"),
+        ([*BASE, "--max-txn-ops", "0"], SECRET, "--max-txn-ops must be a positive"),
+        ([*BASE, "--http-idle-timeout", "0"], SECRET, "--http-idle-timeout must be positive"),
+        ([*BASE, "--compaction-min-dirty-ratio", "2"], SECRET, "must be from 0 to 1"),
         (BASE, {}, "a cluster secret is required"),
         (BASE, {"RKV_CLUSTER_SECRET": "short"}, "at least 16 bytes"),
         ([*BASE, "--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),

@@ -1,0 +1,62 @@
+"""Limits a node puts on what one client may hold or send (issue 15), each a setting:
+idle keep-alive connections are closed, a transaction holds a bounded number of ops."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.cluster import LocalCluster, http
+
+IDLE_SECONDS = 1.0
+MAX_OPS = 5
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("limits") / "cluster",
+        extra_args=[
+            "--http-idle-timeout", str(IDLE_SECONDS),
+            "--max-txn-ops", str(MAX_OPS),
+        ],
+    )  # fmt: skip
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_an_idle_keep_alive_connection_is_closed(limited: LocalCluster) -> None:
+    parts = urlsplit(limited.nodes[0].url)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+        time.sleep(IDLE_SECONDS * 3)  # idle, longer than the node's --http-idle-timeout
+        sock.settimeout(10)
+        rest = b""
+        while chunk := sock.recv(65536):  # the rest of the answer, then the close
+            rest += chunk
+    # The node closed it: recv returned b"" (end of stream) instead of timing out.
+
+
+def test_a_txn_over_max_txn_ops_is_413_and_one_at_it_is_applied(limited: LocalCluster) -> None:
+    leader = limited.leader()
+    over = {"success": [{"op": "get", "key": "a2V5"}] * (MAX_OPS + 1)}
+    answer = http("POST", f"{leader.url}/v1/txn", json.dumps(over).encode())
+    assert answer.status == 413, answer.body
+    assert answer.json()["code"] == "txn_too_large"
+    at = {"success": [{"op": "get", "key": "a2V5"}] * MAX_OPS}
+    answer = http("POST", f"{leader.url}/v1/txn", json.dumps(at).encode())
+    assert answer.status == 200, answer.body
+    assert len(answer.json()["results"]) == MAX_OPS

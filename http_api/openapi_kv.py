@@ -126,6 +126,9 @@ def _key_paths() -> dict[str, Any]:
 def _scan() -> dict[str, Any]:
     return {
         "summary": "Prefix scan in key order, paginated",
+        "description": "A page holds at most `limit` items, and ends before its keys and "
+        "values pass the node's --max-page-bytes (4 MiB by default; the first item always "
+        "comes); `next` is then the cursor of the rest.",
         "parameters": [
             {"name": "prefix", "in": "query", "schema": {"type": "string"}},
             {

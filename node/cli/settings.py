@@ -25,6 +25,7 @@ from raft.config import Member, RaftConfig
 ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
 DEFAULT_HTTP_IDLE_TIMEOUT = 60.0  # seconds an idle keep-alive connection stays open
+DEFAULT_MAX_PAGE_BYTES = 4 * 1024 * 1024  # a scan page's keys and values (the first always comes)
 DEFAULT_MAX_TXN_OPS = 1024  # etcd's --max-txn-ops is 128; the state machine's own bound is 10,000
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
@@ -49,6 +50,7 @@ class NodeConfig:
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
     http_idle_timeout: float = DEFAULT_HTTP_IDLE_TIMEOUT
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
+    max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     transfer_rate_bytes: int = DEFAULT_TRANSFER_RATE
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
@@ -144,6 +146,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-idle-timeout",
         help="seconds an idle keep-alive HTTP connection stays open "
         f"(RKV_HTTP_IDLE_TIMEOUT, {DEFAULT_HTTP_IDLE_TIMEOUT:g})",
+    )
+    add(
+        "--max-page-bytes",
+        help="a scan page ends before its keys and values pass this many bytes; the first "
+        "item always comes (RKV_MAX_PAGE_BYTES, 4 MiB)",
     )
     add(
         "--max-txn-ops",
@@ -317,6 +324,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     max_txn_ops = _positive_int(
         _value(args, env, "max_txn_ops"), "--max-txn-ops", DEFAULT_MAX_TXN_OPS
     )
+    max_page_bytes = _positive_int(
+        _value(args, env, "max_page_bytes"), "--max-page-bytes", DEFAULT_MAX_PAGE_BYTES
+    )
     if max_txn_ops > MAX_TXN_OPS:
         raise ConfigError(f"--max-txn-ops must be at most {MAX_TXN_OPS}, not {max_txn_ops}")
     rate_text = _value(args, env, "transfer_rate")
@@ -349,6 +359,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         watch_keepalive=watch_keepalive,
         http_idle_timeout=http_idle_timeout,
         max_txn_ops=max_txn_ops,
+        max_page_bytes=max_page_bytes,
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
         audit_dir=audit_dir,

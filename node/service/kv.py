@@ -68,6 +68,8 @@ from node.storage.record import Record
 
 MAX_SCAN_LIMIT = 10_000
 DEFAULT_SCAN_LIMIT = 100
+DEFAULT_MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""A scan page ends before its keys and values pass this (the first item always comes)."""
 DEFAULT_WATCH_KEEPALIVE = 10.0
 """Seconds an open change feed (GET /v1/watch) may stay silent before a keep-alive line."""
 MAX_TRANSACTIONAL_ID_BYTES = 255
@@ -186,6 +188,7 @@ class KvService:
         transfer_rate_bytes: int = 0,
         transfer_hold_seconds: float = DEFAULT_HOLD_SECONDS,
         max_txn_ops: int = MAX_TXN_OPS,
+        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
     ) -> None:
         self._producer_expiry_ms = producer_expiry_ms
         self._transfer_rate_bytes = transfer_rate_bytes
@@ -197,6 +200,7 @@ class KvService:
         self._compactor = compactor
         self._max_value_bytes = max_value_bytes
         self._max_txn_ops = max_txn_ops
+        self._max_page_bytes = max_page_bytes
         self._read_wait_timeout = read_wait_timeout
 
     @property
@@ -360,9 +364,7 @@ class KvService:
             raise InvalidRequest(f"limit must be between 1 and {MAX_SCAN_LIMIT}")
         await self.prepare_read(consistency, min_version)
         with self._store.reader() as view:
-            items = view.scan(prefix, start_after, limit + 1)
-        more = len(items) > limit
-        page = items[:limit]
+            page, more = view.scan_page(prefix, start_after, limit, self._max_page_bytes)
         return ScanPage(page, page[-1][0] if more else None)
 
     def read_local(self, keys: Sequence[bytes]) -> list[StoredValue | None]:

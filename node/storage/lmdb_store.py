@@ -179,14 +179,28 @@ class ReadView:
         include_internal: bool = False,
     ) -> list[tuple[bytes, StoredValue]]:
         """Up to ``limit`` keys starting with ``prefix``, in LMDB order, after ``start_after``."""
+        return self.scan_page(prefix, start_after, limit, include_internal=include_internal)[0]
+
+    def scan_page(
+        self,
+        prefix: bytes = b"",
+        start_after: bytes | None = None,
+        limit: int = 100,
+        max_bytes: int | None = None,
+        *,
+        include_internal: bool = False,
+    ) -> tuple[list[tuple[bytes, StoredValue]], bool]:
+        """:meth:`scan`, stopping also before the keys and values would pass ``max_bytes``
+        (the first item always comes); and whether more items follow the page."""
         items: list[tuple[bytes, StoredValue]] = []
         cursor = self._txn.cursor(db=self._data)
         range_prefix = prefix[:LONG_KEY_PREFIX]
         skip = None if start_after is None else lmdb_key(start_after)
         start = range_prefix if skip is None or skip < range_prefix else skip
         if not cursor.set_range(start):
-            return items
-        while len(items) < limit:
+            return items, False
+        size = 0
+        while len(items) <= limit:
             stored_key = cast(bytes, cursor.key())  # buffers=False: always bytes
             if not stored_key.startswith(range_prefix):
                 break
@@ -199,10 +213,15 @@ class ReadView:
             else:
                 key, stored = _decode_item(stored_key, cast(bytes, cursor.value()))
                 if key.startswith(prefix):
+                    size += len(key) + len(stored.value)
+                    if len(items) == limit or (
+                        max_bytes is not None and items and size > max_bytes
+                    ):
+                        return items, True  # a next item exists: the page ends before it
                     items.append((key, stored))
             if not cursor.next():
                 break
-        return items
+        return items, False
 
     def applied(self) -> tuple[int, int]:
         """The applied raft index and offset as of this snapshot (not the live ones)."""

@@ -7,7 +7,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -24,6 +24,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         extra_args=[
             "--http-idle-timeout", str(IDLE_SECONDS),
             "--max-txn-ops", str(MAX_OPS),
+            "--max-page-bytes", "100000",
         ],
     )  # fmt: skip
     try:
@@ -60,3 +61,23 @@ def test_a_txn_over_max_txn_ops_is_413_and_one_at_it_is_applied(limited: LocalCl
     answer = http("POST", f"{leader.url}/v1/txn", json.dumps(at).encode())
     assert answer.status == 200, answer.body
     assert len(answer.json()["results"]) == MAX_OPS
+
+
+def test_a_scan_page_ends_before_its_bytes_pass_max_page_bytes(limited: LocalCluster) -> None:
+    leader = limited.leader()
+    values = {f"page/{i}": bytes([65 + i]) * 40_000 for i in range(5)}
+    values["page/9-big"] = b"B" * 150_000  # larger than a page: it comes alone
+    for key, value in values.items():
+        assert http("PUT", f"{leader.url}/v1/kv/{key}", value).status == 200
+    pages: list[list[str]] = []
+    after = ""
+    while True:
+        answer = http("GET", f"{leader.url}/v1/kv?prefix=page/&limit=100&encoding=utf-8{after}")
+        assert answer.status == 200, answer.body
+        body = answer.json()
+        pages.append([item["key"] for item in body["items"]])
+        if body["next"] is None:
+            break
+        after = f"&start_after={quote(body['next'])}"
+    # 100,000 bytes a page: two 40 KB values fit, a third would not.
+    assert pages == [["page/0", "page/1"], ["page/2", "page/3"], ["page/4"], ["page/9-big"]]

@@ -42,6 +42,7 @@ class RaftConfig:
     compaction_max_bytes: int = 64 * 1024 * 1024
     # Group commit and backpressure.
     max_commands_per_entry: int = 1000
+    max_entry_bytes: int = 4 * 1024 * 1024  # and no more than this of keys and values
     max_entries_in_flight: int = 4
     max_pending_commands: int = 20_000
     proposal_timeout: float = 5.0

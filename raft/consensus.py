@@ -82,6 +82,7 @@ class RaftConsensus:
         self._proposer = GroupCommitProposer(
             self._submit,
             max_commands_per_entry=config.max_commands_per_entry,
+            max_entry_bytes=config.max_entry_bytes,
             max_entries_in_flight=config.max_entries_in_flight,
             max_pending_commands=config.max_pending_commands,
             proposal_timeout=config.proposal_timeout,

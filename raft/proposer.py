@@ -1,7 +1,10 @@
 """Group commit: concurrent proposals become one raft entry.
 
 Runs on the asyncio loop. Commands wait in a pending list; a flush packs up
-to ``max_commands_per_entry`` of them into one entry and submits it. At most
+to ``max_commands_per_entry`` of them, and no more than ``max_entry_bytes`` of
+their keys and values (one command always goes, whatever its size), into one
+entry and submits it: so an entry, which every replica holds in memory while
+it is replicated and applied, stays small whatever many clients send at once. At most
 ``max_entries_in_flight`` entries are outstanding, so under load batches grow
 by themselves (pysyncobj costs about the same per entry whatever its size).
 
@@ -37,7 +40,7 @@ from node.errors import (
     RequestError,
     UnknownOutcome,
 )
-from node.state.commands import Barrier, Batch, Command, encode_entry
+from node.state.commands import Barrier, Batch, Command, encode_entry, payload_bytes
 from node.state.results import CommandResult, ResultCode
 
 logger = logging.getLogger(__name__)
@@ -60,6 +63,7 @@ class _Pending:
     command: Command
     future: asyncio.Future[CommandResult]
     deadline: float
+    size: int = 0  # payload_bytes(command)
 
 
 def _consume(future: asyncio.Future[CommandResult]) -> None:
@@ -77,9 +81,11 @@ class GroupCommitProposer:
         max_entries_in_flight: int,
         max_pending_commands: int,
         proposal_timeout: float,
+        max_entry_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self._submit = submit
         self._max_commands = max_commands_per_entry
+        self._max_entry_bytes = max_entry_bytes
         self._max_entries = max_entries_in_flight
         self._max_pending = max_pending_commands
         self._timeout = proposal_timeout
@@ -135,7 +141,8 @@ class GroupCommitProposer:
         if self._waiting >= self._max_pending:
             raise Overloaded(f"{self._waiting} commands are already waiting for raft")
         future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(command, future, time.monotonic() + self._timeout))
+        deadline = time.monotonic() + self._timeout
+        self._pending.append(_Pending(command, future, deadline, payload_bytes(command)))
         self._waiting += 1
         self._schedule_flush()
         return future
@@ -148,8 +155,9 @@ class GroupCommitProposer:
     def _flush(self) -> None:
         self._flush_scheduled = False
         while self._pending and len(self._in_flight) < self._max_entries:
-            batch = self._pending[: self._max_commands]
-            del self._pending[: self._max_commands]
+            count = self._batch_length()
+            batch = self._pending[:count]
+            del self._pending[:count]
             futures = [p.future for p in batch]
             if self._barrier is not None and any(f is self._barrier for f in futures):
                 # Later reads need a barrier proposed after them: the next one.
@@ -168,6 +176,17 @@ class GroupCommitProposer:
             self.entries_submitted += 1
             self.commands_submitted += len(batch)
             self._submit(entry_id, entry)
+
+    def _batch_length(self) -> int:
+        """How many pending commands the next entry takes: up to the count and the byte
+        bounds, and at least one."""
+        size = count = 0
+        for pending in self._pending[: self._max_commands]:
+            size += pending.size
+            if count and size > self._max_entry_bytes:
+                break
+            count += 1
+        return count
 
     def _without_unencodable(self, batch: list[_Pending]) -> list[_Pending]:
         """Fail the commands that cannot be encoded; return the others to retry."""

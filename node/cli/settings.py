@@ -105,6 +105,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="journal bytes before a raft marker (RKV_RAFT_COMPACTION_BYTES, 64 MiB)",
     )
     add("--proposal-timeout", help="seconds a write waits for raft (RKV_PROPOSAL_TIMEOUT, 5)")
+    add(
+        "--max-entry-bytes",
+        help="group commit puts no more than this many bytes of keys and values in one raft "
+        "entry; a single larger write goes alone (RKV_MAX_ENTRY_BYTES, 4 MiB)",
+    )
     add("--log-level", help="DEBUG, INFO, WARNING (RKV_LOG_LEVEL, INFO)")
     add("--tombstone-retention", help="seconds deletes stay in a compacted log (86400)")
     add("--compaction-interval", help="seconds between compaction checks (300)")
@@ -291,6 +296,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         ),
         proposal_timeout=_positive_float(
             _value(args, env, "proposal_timeout"), "--proposal-timeout", 5.0
+        ),
+        max_entry_bytes=_positive_int(
+            _value(args, env, "max_entry_bytes"), "--max-entry-bytes", 4 * 2**20
         ),
         joining=join_url is not None,
     )

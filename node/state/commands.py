@@ -107,6 +107,16 @@ machine answers ``txn_too_large`` and applies nothing. Every replica must run
 the same limit, like ``max_value_bytes``."""
 
 
+def payload_bytes(command: object) -> int:
+    """About how many bytes ``command`` takes in an entry: its keys, values and texts,
+    and a few bytes per field (what bounds an entry's size, raft/proposer.py)."""
+    if isinstance(command, bytes | str):
+        return len(command)
+    if isinstance(command, tuple):
+        return 4 + sum(payload_bytes(field) for field in command)
+    return 8
+
+
 class Put(NamedTuple):
     """Set ``key`` to ``value``; with ``expected_version`` it is a compare-and-set."""
 

@@ -219,3 +219,21 @@ async def test_an_unencodable_command_fails_alone_and_frees_its_slot() -> None:
     proposer.complete(raft.entries[0][0], ok_results(5))
     assert all(r.ok for r in await asyncio.gather(*good))
     assert proposer.commands_waiting == 0
+
+
+@pytest.mark.asyncio
+async def test_an_entry_holds_no_more_than_max_entry_bytes_but_at_least_one_command() -> None:
+    raft = Raft()
+    proposer = make(raft, max_entry_bytes=250_000, max_entries_in_flight=100)
+    big = b"v" * 100_000
+    tasks = [asyncio.ensure_future(proposer.propose(Put(b"k%d" % i, big))) for i in range(5)]
+    huge = asyncio.ensure_future(proposer.propose(Put(b"huge", b"h" * 1_000_000)))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    sizes = [len(raft.commands(i)) for i in range(len(raft.entries))]
+    # 100 KB values, 250 KB an entry: two a time; the 1 MB one goes alone.
+    assert sizes == [2, 2, 1, 1], sizes
+    for (entry_id, _), size in zip(raft.entries, sizes, strict=True):
+        proposer.complete(entry_id, ok_results(size))
+    results = await asyncio.gather(*tasks, huge)
+    assert all(result.code is ResultCode.OK for result in results)

@@ -21,7 +21,7 @@ class RaftConfig:
     self_member: Member
     peers: tuple[Member, ...]
     journal_dir: str
-    secret: bytes | None  # None only in explicit insecure dev mode
+    secret: bytes | None = field(repr=False)  # None only in explicit insecure dev mode
     # Conservative timeouts: pysyncobj's defaults (0.4-1.4 s) cause needless
     # elections when a loaded 2-core machine delays the raft thread.
     election_timeout_min: float = 1.0

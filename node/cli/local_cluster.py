@@ -51,7 +51,7 @@ def plan(nodes: int, data_dir: Path, base_port: int) -> list[LocalNode]:
 def ensure_secret(data_dir: Path) -> Path:
     path = data_dir / SECRET_FILE
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
@@ -118,7 +118,7 @@ def run_cluster(nodes: int, data_dir: Path, base_port: int, extra: list[str]) ->
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     for node in cluster:
-        node.data_dir.mkdir(parents=True, exist_ok=True)
+        node.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         log = open(node.data_dir / "node.log", "ab")  # noqa: SIM115 (the child keeps it)
         proc = subprocess.Popen(
             node_command(node, cluster, secret, extra), stdout=log, stderr=subprocess.STDOUT

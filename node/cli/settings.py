@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.errors import ConfigError
@@ -41,7 +41,7 @@ class NodeConfig:
     raft_address: str
     advertise_url: str
     peers: tuple[Member, ...]
-    secret: bytes | None
+    secret: bytes | None = field(repr=False)  # never in a log line or a traceback
     storage: StorageConfig
     raft: RaftConfig
     log_level: str

@@ -121,7 +121,7 @@ def _discard_interrupted_install(data_dir: Path) -> None:
 def open_storage(
     data_dir: Path, config: StorageConfig, progress: ReplayProgress | None = None
 ) -> NodeStorage:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the owner's only
     _discard_interrupted_install(data_dir)
     commit_log = CommitLog.open(data_dir / LOG_DIR, config)
     boot_id = current_boot_id()

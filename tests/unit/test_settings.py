@@ -90,3 +90,21 @@ def test_secret_file_is_read_and_stripped(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("x" * 40 + "\n")
     assert parse([*BASE, "--secret-file", str(secret)]).secret == b"x" * 40
+
+
+def test_the_secret_never_shows_in_a_repr() -> None:
+    config = parse(BASE, SECRET)
+    assert config.secret == b"s" * 32
+    assert "ssssssss" not in repr(config)
+    assert "ssssssss" not in repr(config.raft)
+
+
+def test_a_new_data_directory_is_the_owners_only(tmp_path: Path) -> None:
+    from node.storage.config import StorageConfig  # noqa: PLC0415
+    from node.storage.recovery import open_storage  # noqa: PLC0415
+
+    storage = open_storage(tmp_path / "fresh", StorageConfig())
+    try:
+        assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o700
+    finally:
+        storage.close()

@@ -94,6 +94,11 @@ class KvApi(Protocol):
     @property
     def watch_keepalive(self) -> float: ...
 
+    @property
+    def stall_timeout(self) -> float:
+        """Seconds a streamed answer may wait for its client to read."""
+        ...
+
     def unreadable_reason(self) -> str | None: ...
 
     def changes(

@@ -13,14 +13,18 @@ Internal records (the reserved prefix) travel too: they are state.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiohttp import web
 
 from http_api.encoding import int_param, raw_query, text_param
 from http_api.kv_api import KvApi
+from http_api.streaming import write_or_give_up
 from node.service.types import LOG_CONTENT_TYPE
 
 _CHUNK_BYTES = 256 * 1024
+
+logger = logging.getLogger(__name__)
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
@@ -43,13 +47,16 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         )
         await response.prepare(request)
         chunks = kv.log_chunks(from_offset, to_offset, limit, _CHUNK_BYTES)
-        while True:
-            # Segment reads are blocking file I/O: keep them off the event loop.
-            chunk = await asyncio.to_thread(next, chunks, None)
-            if chunk is None:
-                break
-            await response.write(chunk)
-        await response.write_eof()
+        try:
+            while True:
+                # Segment reads are blocking file I/O: keep them off the event loop.
+                chunk = await asyncio.to_thread(next, chunks, None)
+                if chunk is None:
+                    break
+                await write_or_give_up(request, response, chunk, kv.stall_timeout)
+            await response.write_eof()
+        except ConnectionResetError:
+            logger.info("a log range download ended early: the client went away")
         return response
 
     app.router.add_route("GET", "/v1/log", read_log)

@@ -44,6 +44,7 @@ from aiohttp import web
 
 from http_api.encoding import raw_query, text_param
 from http_api.kv_api import KvApi, SnapshotSource
+from http_api.streaming import write_or_give_up
 from node.errors import InvalidRequest, KeyNotFound, Overloaded
 from node.service.types import SNAPSHOT_CONTENT_TYPE as CONTENT_TYPE
 
@@ -147,10 +148,13 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
                     continue
                 if not chunk:
                     break
-                await response.write(chunk)
+                await write_or_give_up(request, response, chunk, kv.stall_timeout)
             await response.write_eof()
             return response
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
+            logger.info("a snapshot download ended early: the client went away")
+            return response  # its connection is gone: nothing more to send
+        except asyncio.CancelledError:
             logger.info("a snapshot download ended early: the client went away")
             raise
         finally:

@@ -49,6 +49,7 @@ from aiohttp import web
 
 from http_api.encoding import encoding_param, int_param, raw_query
 from http_api.kv_api import KvApi
+from http_api.streaming import write_or_give_up
 from node.errors import NodeNotReady
 from node.service.types import Record, RecordOp
 
@@ -208,10 +209,12 @@ async def _stream(
                 _next_batch, kv, prefix, position, head, encoding
             )
             if chunk:
-                await response.write(chunk)
+                await write_or_give_up(request, response, chunk, kv.stall_timeout)
                 last_sent = loop.time()
         if loop.time() - last_sent >= keepalive:
-            await response.write(keepalive_line(position - 1))
+            await write_or_give_up(
+                request, response, keepalive_line(position - 1), kv.stall_timeout
+            )
             last_sent = loop.time()
         if kv.applied_offset < position:  # caught up: wait for the next change
             idle = last_sent + keepalive - loop.time()

@@ -140,7 +140,8 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--transfer-idle-timeout",
         help="seconds a catch-up download may receive nothing before it is abandoned and "
-        "retried (RKV_TRANSFER_IDLE_TIMEOUT, 30)",
+        "retried, and a streamed answer (snapshot, log, watch) may wait for a client that "
+        "reads nothing before it is closed (RKV_TRANSFER_IDLE_TIMEOUT, 30)",
     )
     add(
         "--watch-keepalive",

@@ -79,6 +79,7 @@ async def serve(
             transfer_rate_bytes=config.transfer_rate_bytes,
             max_txn_ops=config.max_txn_ops,
             max_page_bytes=config.max_page_bytes,
+            stall_timeout=config.transfer_idle_timeout,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))

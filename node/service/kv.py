@@ -189,7 +189,9 @@ class KvService:
         transfer_hold_seconds: float = DEFAULT_HOLD_SECONDS,
         max_txn_ops: int = MAX_TXN_OPS,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+        stall_timeout: float = 30.0,
     ) -> None:
+        self._stall_timeout = stall_timeout
         self._producer_expiry_ms = producer_expiry_ms
         self._transfer_rate_bytes = transfer_rate_bytes
         self._held = HeldViews(transfer_hold_seconds)
@@ -427,6 +429,12 @@ class KvService:
     def watch_keepalive(self) -> float:
         """Seconds an open change feed may stay silent before it sends a keep-alive."""
         return self._watch_keepalive
+
+    @property
+    def stall_timeout(self) -> float:
+        """Seconds a streamed answer (snapshot, log range, watch) may wait for its client
+        to read before the connection is closed (--transfer-idle-timeout)."""
+        return self._stall_timeout
 
     def unreadable_reason(self) -> str | None:
         """Why this node serves no reads (its state is known to miss entries), or None."""

@@ -3,6 +3,7 @@ idle keep-alive connections are closed, a transaction holds a bounded number of 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -25,6 +26,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "--http-idle-timeout", str(IDLE_SECONDS),
             "--max-txn-ops", str(MAX_OPS),
             "--max-page-bytes", "100000",
+            "--transfer-idle-timeout", str(IDLE_SECONDS),
         ],
     )  # fmt: skip
     try:
@@ -81,3 +83,33 @@ def test_a_scan_page_ends_before_its_bytes_pass_max_page_bytes(limited: LocalClu
         after = f"&start_after={quote(body['next'])}"
     # 100,000 bytes a page: two 40 KB values fit, a third would not.
     assert pages == [["page/0", "page/1"], ["page/2", "page/3"], ["page/4"], ["page/9-big"]]
+
+
+def test_a_snapshot_reader_that_reads_nothing_is_cut_and_the_slot_freed(
+    limited: LocalCluster,
+) -> None:
+    leader = limited.leader()
+    for i in range(24):  # more than the socket buffers hold
+        answer = http("PUT", f"{leader.url}/v1/kv/bulk/{i}", bytes([65 + i % 26]) * 1024 * 1024)
+        assert answer.status == 200, answer.body
+    parts = urlsplit(leader.url)
+    assert parts.hostname is not None and parts.port is not None
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.connect((parts.hostname, parts.port))
+    try:
+        stuck.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(IDLE_SECONDS * 4)  # reads nothing, for longer than the node waits
+        # The one export slot is free again: a reader that reads gets the whole state.
+        whole = http("GET", f"{leader.url}/v1/snapshot", timeout=30)
+        assert whole.status == 200, whole.body[:300]
+        assert len(whole.body) > 24 * 1024 * 1024
+        # And the stuck connection was closed by the node: draining it ends.
+        stuck.settimeout(10)
+        with contextlib.suppress(ConnectionResetError):
+            while stuck.recv(1 << 20):
+                pass
+    finally:
+        stuck.close()
+    log = leader.log_path.read_text(errors="replace")
+    assert "read nothing" in log and "Traceback" not in log, log[-3000:]

@@ -120,6 +120,10 @@ class NoService:
     def watch_keepalive(self) -> float:
         raise AssertionError("not served")
 
+    @property
+    def stall_timeout(self) -> float:
+        raise AssertionError("not served")
+
     def unreadable_reason(self) -> str | None:
         raise AssertionError("not served")
 

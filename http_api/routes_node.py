@@ -14,6 +14,7 @@ from http_api.errors import json_response
 from http_api.kv_api import KvApi
 from http_api.openapi import openapi_document
 from node.errors import InvalidRequest
+from node.keyspace import member_id_problem
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
@@ -56,6 +57,8 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         fields = [body.get(name) for name in ("id", "raft_address", "url")]
         if not all(isinstance(f, str) for f in fields):
             raise InvalidRequest('the body needs string fields "id", "raft_address" and "url"')
+        if problem := member_id_problem(str(fields[0])):
+            raise InvalidRequest(problem)
         result = await request.app[service_key].add_member(*map(str, fields))
         return json_response(result)
 

@@ -39,6 +39,19 @@ def is_reserved(key: bytes) -> bool:
     return key.startswith(RESERVED_PREFIX)
 
 
+MAX_MEMBER_ID_CHARS = 128
+
+
+def member_id_problem(node_id: str) -> str | None:
+    """Why ``node_id`` cannot name a member (it names directories, e.g. an audit's
+    ``<audit id>/<node id>/``, and appears in URLs), or None."""
+    if not node_id or len(node_id) > MAX_MEMBER_ID_CHARS:
+        return f"a member id has 1 to {MAX_MEMBER_ID_CHARS} characters"
+    if node_id in (".", "..") or any(c in node_id for c in "/\\") or not node_id.isprintable():
+        return f"a member id may not be . or .., nor hold / \\ or control characters: {node_id!r}"
+    return None
+
+
 def member_key(node_id: str) -> bytes:
     return MEMBERS_PREFIX + node_id.encode()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.errors import ConfigError
-from node.keyspace import DEFAULT_MAX_VALUE_BYTES
+from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
 from node.state.commands import MAX_TXN_OPS
 from node.state.producers import DEFAULT_EXPIRY_MS
 from node.storage.compaction import CompactionPolicy
@@ -222,6 +222,8 @@ def parse_peer(text: str) -> Member:
     if len(parts) != 3 or not all(parts):
         raise ConfigError(f"a peer is ID,RAFT_HOST:PORT,HTTP_URL, not {text!r}")
     node_id, raft_address, url = parts
+    if problem := member_id_problem(node_id):
+        raise ConfigError(problem)
     _address(raft_address, f"peer {node_id}'s raft address")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"peer {node_id}'s HTTP URL must start with http://, not {url!r}")
@@ -254,6 +256,8 @@ def _secret(args: argparse.Namespace, env: Mapping[str, str]) -> bytes | None:
 def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeConfig:
     env = os.environ if env is None else env
     node_id = _required(_value(args, env, "node_id") or env.get("RKV_ID"), "--id", "ID")
+    if problem := member_id_problem(node_id):
+        raise ConfigError(f"--id: {problem}")
     data_dir = Path(_required(_value(args, env, "data_dir"), "--data-dir", "DATA_DIR"))
     http_host, http_port = _address(_value(args, env, "listen") or "127.0.0.1:8001", "--listen")
     raft_text = _required(_value(args, env, "raft_listen"), "--raft-listen", "RAFT_LISTEN")

@@ -64,6 +64,20 @@ def test_a_checkpoint_that_is_not_a_string_is_invalid_request(api: Api, checkpoi
     assert_error(api.txn(compare), 400, "invalid_request")
 
 
+@pytest.mark.parametrize("member_id", [".", "..", "a/b", "x\\y", "", "tab\there"])
+def test_a_member_id_that_could_name_another_directory_is_refused(api: Api, member_id: str) -> None:
+    body = {"id": member_id, "raft_address": "127.0.0.1:1", "url": "http://127.0.0.1:1"}
+    response = api.call(
+        "POST",
+        "/v1/cluster/members",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert_error(response, 400, "invalid_request")
+    members = json.loads(api.call("GET", "/v1/cluster/members").body)["members"]
+    assert len(members) == 3
+
+
 def test_the_node_serves_on_after_the_malformed_bodies(api: Api) -> None:
     key = new_key("after")
     api.put(key, b"fine")

@@ -66,6 +66,8 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         ([*BASE, "--proposal-timeout", "soon"], SECRET, "--proposal-timeout must be a number"),
         ([*BASE, "--log-level", "LOUD"], SECRET, "--log-level must be"),
         ([*BASE, "--max-txn-ops", "10001"], SECRET, "--max-txn-ops must be at most 10000"),
+        (["--id", "..", "--data-dir", "/x", "--raft-listen", "h:1"], SECRET, "may not be"),
+        ([*BASE, "--peer", "a/b,127.0.0.1:9002,http://x"], SECRET, "may not be"),
         ([*BASE, "--max-txn-ops", "0"], SECRET, "--max-txn-ops must be a positive"),
         ([*BASE, "--http-idle-timeout", "0"], SECRET, "--http-idle-timeout must be positive"),
         ([*BASE, "--compaction-min-dirty-ratio", "2"], SECRET, "must be from 0 to 1"),

@@ -28,8 +28,8 @@ _ERROR_TEXT = {
     410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "
-    f"of more compares and ops than the node's --max-txn-ops (1024 by default, {MAX_TXN_OPS} "
-    "at most)",
+    f"of more compares and ops than the node's --max-txn-ops ({MAX_TXN_OPS} "
+    "by default, and at most)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "

@@ -64,7 +64,7 @@ def _txn_schemas() -> dict[str, Any]:
     return {
         "Txn": {
             "type": "object",
-            "description": f"At most --max-txn-ops (1024 by default, {MAX_TXN_OPS} at most) "
+            "description": f"At most --max-txn-ops ({MAX_TXN_OPS}, the default and the most) "
             "compares and ops in all (more: 413 txn_too_large).",
             "additionalProperties": False,
             "properties": {

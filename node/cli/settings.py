@@ -26,7 +26,9 @@ ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
 DEFAULT_HTTP_IDLE_TIMEOUT = 60.0  # seconds an idle keep-alive connection stays open
 DEFAULT_MAX_PAGE_BYTES = 4 * 1024 * 1024  # a scan page's keys and values (the first always comes)
-DEFAULT_MAX_TXN_OPS = 1024  # etcd's --max-txn-ops is 128; the state machine's own bound is 10,000
+# The state machine's own bound: the Redis replicator's batches (8,000 writes, a big
+# command's ops in one transaction) need it; lower it where no replicator writes.
+DEFAULT_MAX_TXN_OPS = MAX_TXN_OPS
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
@@ -161,7 +163,8 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--max-txn-ops",
         help="most compares and ops one POST /v1/txn may hold, 1 to "
-        f"{MAX_TXN_OPS} (RKV_MAX_TXN_OPS, {DEFAULT_MAX_TXN_OPS})",
+        f"{MAX_TXN_OPS} (RKV_MAX_TXN_OPS, {DEFAULT_MAX_TXN_OPS}; the Redis replicator needs "
+        "the default)",
     )
 
 

@@ -64,7 +64,6 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 import tempfile
 import threading
@@ -480,14 +479,7 @@ def rebuild(
         lambda: exited(nodes),
     )
     victim = next(n for n in nodes if n is not leader)
-    assert victim.server is not None
-    progress(
-        f"SIGKILL follower {victim.node_id} (pid {victim.server.pid}), deleting {victim.data_dir}"
-    )
-    victim.server.process.kill()
-    victim.server.process.wait()
-    procs.stop(victim.server)
-    shutil.rmtree(victim.data_dir)
+    cluster.kill_and_wipe(procs, victim)
     log_name = f"{victim.node_id}-rebuild.log"
     started = time.perf_counter()
     server = start_node(procs, victim, log_name)

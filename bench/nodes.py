@@ -10,6 +10,7 @@ with no RKV_* variables, more detail when a node has stopped) it passes as param
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from bench.support import (
     free_ports,
     http_json,
     http_request,
+    progress,
     wait_until,
 )
 
@@ -141,3 +143,13 @@ def wait_leader(
 def applied(node: Node) -> int:
     """The applied offset in GET /v1/status (0 if it did not answer)."""
     return int(status(node).get("applied_offset") or 0)
+
+
+def kill_and_wipe(procs: Processes, node: Node) -> None:
+    """SIGKILL ``node`` and delete its data directory (a member whose disk was lost)."""
+    assert node.server is not None
+    progress(f"SIGKILL follower {node.node_id} (pid {node.server.pid}), deleting {node.data_dir}")
+    node.server.process.kill()
+    node.server.process.wait()
+    procs.stop(node.server)
+    shutil.rmtree(node.data_dir)

@@ -27,7 +27,6 @@ import json
 import os
 import random
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -224,14 +223,7 @@ def measure(procs: Processes, scratch: Path, keys: int) -> Row:
         lambda: exited(nodes),
     )
     victim = next(n for n in nodes if n is not leader)
-    assert victim.server is not None
-    progress(
-        f"SIGKILL follower {victim.node_id} (pid {victim.server.pid}), deleting {victim.data_dir}"
-    )
-    victim.server.process.kill()
-    victim.server.process.wait()
-    procs.stop(victim.server)
-    shutil.rmtree(victim.data_dir)
+    cluster.kill_and_wipe(procs, victim)
     log = victim.data_dir.parent / f"{victim.node_id}.log"
     restarted_wall = time.time()
     started = time.perf_counter()

@@ -103,7 +103,7 @@ def write_snapshot(
     header = header or snapshot_header(view, created_at_ms)
     report = ProgressReporter("export", header.record_count, progress)
     writer = SnapshotWriter(out, header)
-    for chunk in view.all_items() if after is None else view.all_items(after=after):
+    for chunk in view.all_items(after=after):
         writer.add(chunk)
         report(writer.written)
     writer.finish(part=after is not None)

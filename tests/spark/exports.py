@@ -85,10 +85,17 @@ class _DictView:
         return len(self._items)
 
     def all_items(
-        self, chunk_items: int = 1000, chunk_bytes: int = 4 * 1024 * 1024
+        self,
+        chunk_items: int = 1000,
+        chunk_bytes: int = 4 * 1024 * 1024,
+        *,
+        after: bytes | None = None,
     ) -> Iterator[list[tuple[bytes, StoredValue]]]:
-        for start in range(0, len(self._items), chunk_items):
-            yield self._items[start : start + chunk_items]
+        items = self._items
+        if after is not None:
+            items = [item for item in items if lmdb_key(item[0]) > lmdb_key(after)]
+        for start in range(0, len(items), chunk_items):
+            yield items[start : start + chunk_items]
 
 
 def bucket_index(key: bytes, split_points: Sequence[bytes]) -> int:

@@ -29,7 +29,9 @@ _ERROR_TEXT = {
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "
     f"of more compares and ops than the node's --max-txn-ops ({MAX_TXN_OPS} "
-    "by default, and at most)",
+    "by default, and at most); txn_result_too_large: a txn's get ops would return more "
+    "keys and values than the node's --max-txn-result-bytes (8 MiB by default; the txn "
+    "wrote nothing)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "

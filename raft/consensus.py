@@ -182,8 +182,10 @@ class RaftConsensus:
         except Exception as exc:
             # pysyncobj will retry this entry on its next tick; until one succeeds
             # the node reports itself not ready.
-            self._storage_error = f"applying raft entry {raft_index} failed: {exc}"
-            logger.exception("applying raft entry %d failed; it will be retried", raft_index)
+            error = f"applying raft entry {raft_index} failed: {exc}"
+            if error != self._storage_error:  # retried every tick: said once
+                logger.exception("applying raft entry %d failed; it will be retried", raft_index)
+            self._storage_error = error
             raise
         if self._storage_error is not None:
             logger.info("raft entry %d applied; the storage error has cleared", raft_index)

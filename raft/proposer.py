@@ -2,8 +2,9 @@
 
 Runs on the asyncio loop. Commands wait in a pending list; a flush packs up
 to ``max_commands_per_entry`` of them, and no more than ``max_entry_bytes`` of
-their keys and values (one command always goes, whatever its size), into one
-entry and submits it: so an entry, which every replica holds in memory while
+their keys and values (and, for a txn that reads, the most its results may
+take: node/state/commands.py batching_bytes; one command always goes, whatever
+its size), into one entry and submits it: so an entry, which every replica holds in memory while
 it is replicated and applied, stays small whatever many clients send at once. At most
 ``max_entries_in_flight`` entries are outstanding, so under load batches grow
 by themselves (pysyncobj costs about the same per entry whatever its size).
@@ -40,7 +41,7 @@ from node.errors import (
     RequestError,
     UnknownOutcome,
 )
-from node.state.commands import Barrier, Batch, Command, encode_entry, payload_bytes
+from node.state.commands import Barrier, Batch, Command, batching_bytes, encode_entry
 from node.state.results import CommandResult, ResultCode
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class _Pending:
     command: Command
     future: asyncio.Future[CommandResult]
     deadline: float
-    size: int = 0  # payload_bytes(command)
+    size: int = 0  # batching_bytes(command)
 
 
 def _consume(future: asyncio.Future[CommandResult]) -> None:
@@ -142,7 +143,7 @@ class GroupCommitProposer:
             raise Overloaded(f"{self._waiting} commands are already waiting for raft")
         future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
         deadline = time.monotonic() + self._timeout
-        self._pending.append(_Pending(command, future, deadline, payload_bytes(command)))
+        self._pending.append(_Pending(command, future, deadline, batching_bytes(command)))
         self._waiting += 1
         self._schedule_flush()
         return future

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.errors import ConfigError
-from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
+from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
 from node.state.commands import MAX_TXN_OPS
 from node.state.producers import DEFAULT_EXPIRY_MS
 from node.storage.compaction import CompactionPolicy
@@ -29,6 +29,7 @@ DEFAULT_MAX_PAGE_BYTES = 4 * 1024 * 1024  # a scan page's keys and values (the f
 # The state machine's own bound: the Redis replicator's batches (8,000 writes, a big
 # command's ops in one transaction) need it; lower it where no replicator writes.
 DEFAULT_MAX_TXN_OPS = MAX_TXN_OPS
+DEFAULT_MAX_TXN_RESULT_BYTES = 8 * 1024 * 1024  # keys and values a txn's gets may return
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
@@ -53,6 +54,7 @@ class NodeConfig:
     http_idle_timeout: float = DEFAULT_HTTP_IDLE_TIMEOUT
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+    max_txn_result_bytes: int = DEFAULT_MAX_TXN_RESULT_BYTES
     transfer_rate_bytes: int = DEFAULT_TRANSFER_RATE
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
@@ -165,6 +167,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="most compares and ops one POST /v1/txn may hold, 1 to "
         f"{MAX_TXN_OPS} (RKV_MAX_TXN_OPS, {DEFAULT_MAX_TXN_OPS}; the Redis replicator needs "
         "the default)",
+    )
+    add(
+        "--max-txn-result-bytes",
+        help="most bytes of keys and values the get ops of one txn may return; more: the txn "
+        "writes nothing and answers 413 txn_result_too_large; at least --max-value-bytes "
+        "+ 4 KiB (RKV_MAX_TXN_RESULT_BYTES, 8 MiB)",
     )
 
 
@@ -343,6 +351,16 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     max_page_bytes = _positive_int(
         _value(args, env, "max_page_bytes"), "--max-page-bytes", DEFAULT_MAX_PAGE_BYTES
     )
+    max_txn_result_bytes = _positive_int(
+        _value(args, env, "max_txn_result_bytes"),
+        "--max-txn-result-bytes",
+        DEFAULT_MAX_TXN_RESULT_BYTES,
+    )
+    if max_txn_result_bytes < storage.max_value_bytes + MAX_KEY_BYTES:
+        raise ConfigError(
+            f"--max-txn-result-bytes must be at least --max-value-bytes + {MAX_KEY_BYTES} "
+            f"(one get of the largest key and value), not {max_txn_result_bytes}"
+        )
     if max_txn_ops > MAX_TXN_OPS:
         raise ConfigError(f"--max-txn-ops must be at most {MAX_TXN_OPS}, not {max_txn_ops}")
     rate_text = _value(args, env, "transfer_rate")
@@ -376,6 +394,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         http_idle_timeout=http_idle_timeout,
         max_txn_ops=max_txn_ops,
         max_page_bytes=max_page_bytes,
+        max_txn_result_bytes=max_txn_result_bytes,
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
         audit_dir=audit_dir,

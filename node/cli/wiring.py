@@ -79,6 +79,7 @@ async def serve(
             transfer_rate_bytes=config.transfer_rate_bytes,
             max_txn_ops=config.max_txn_ops,
             max_page_bytes=config.max_page_bytes,
+            max_txn_result_bytes=config.max_txn_result_bytes,
             stall_timeout=config.transfer_idle_timeout,
         )
         sweeper = asyncio.create_task(

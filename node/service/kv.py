@@ -162,8 +162,10 @@ def _result_error(result: CommandResult) -> RequestError:
         return VersionConflict(result.message, result.current_version)
     if code is ResultCode.NOT_FOUND:
         return KeyNotFound(result.message or "no such key")
-    if code is ResultCode.VALUE_TOO_LARGE or code is ResultCode.TXN_TOO_LARGE:
+    if code is ResultCode.VALUE_TOO_LARGE:
         return PayloadTooLarge(result.message)
+    if code is ResultCode.TXN_TOO_LARGE or code is ResultCode.TXN_RESULT_TOO_LARGE:
+        return PayloadTooLarge(result.message, code=code.value)
     if code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
         return InvalidRequest(result.message, code=code.value)
     if code in _CONFLICTS:
@@ -189,6 +191,7 @@ class KvService:
         transfer_hold_seconds: float = DEFAULT_HOLD_SECONDS,
         max_txn_ops: int = MAX_TXN_OPS,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+        max_txn_result_bytes: int | None = None,
         stall_timeout: float = 30.0,
     ) -> None:
         self._stall_timeout = stall_timeout
@@ -203,6 +206,7 @@ class KvService:
         self._max_value_bytes = max_value_bytes
         self._max_txn_ops = max_txn_ops
         self._max_page_bytes = max_page_bytes
+        self._max_txn_result_bytes = max_txn_result_bytes
         self._read_wait_timeout = read_wait_timeout
 
     @property
@@ -277,7 +281,12 @@ class KvService:
         return await self.write(Append(key, suffix), producer)
 
     async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult:
-        """Run an already validated transaction (http_api/txn_json.py parses one)."""
+        """Run an already validated transaction (http_api/txn_json.py parses one).
+
+        A txn that reads carries this node's --max-txn-result-bytes in its entry:
+        every replica refuses it the same way when its gets would return more."""
+        if txn.reads and self._max_txn_result_bytes is not None:
+            txn = txn._replace(max_result_bytes=self._max_txn_result_bytes)
         return await self.write(txn, producer)
 
     async def write(

@@ -10,6 +10,7 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_DELETE, key, expected_version | nil]
             | [TAG_BARRIER]
             | [TAG_TXN, [compare, ...], [op, ...] (success), [op, ...] (failure)]
+            | [TAG_TXN, compares, success, failure, max_result_bytes]   (format 2)
             | [TAG_SET_MEMBER, node_id, raft_address, http_url]
             | [TAG_REMOVE_MEMBER, node_id]
             | [TAG_INCR, key, by] | [TAG_APPEND, key, suffix]
@@ -61,6 +62,20 @@ too (EntryDecodeError).
 
 Tags and the format byte are part of the on-disk raft journal: never reuse or
 renumber them; add new tags instead.
+
+Format versions. An entry is written with the lowest format that can hold it,
+so a cluster in a rolling upgrade keeps working until a newer feature is used:
+
+- 1: everything above but a txn's fifth field.
+- 2: a txn may carry ``max_result_bytes`` (the most bytes its get ops may
+  return, decided by the proposing node's ``--max-txn-result-bytes``). It
+  travels in the entry because the refusal changes what the txn writes (it
+  writes nothing): every replica must decide it with the same number, and a
+  txn written before the field existed replays unbounded, as it ran.
+
+A node refuses an entry of a format above :data:`FORMAT_VERSION`
+(:class:`UnsupportedEntryVersion`), so upgrade the followers first and the
+leader last (docs/OPERATIONS.md).
 """
 
 from __future__ import annotations
@@ -75,7 +90,8 @@ import msgpack
 from node.errors import EntryDecodeError, UnsupportedEntryVersion
 from node.storage.key_order import LONG_KEY_PREFIX
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest entry format this node reads and writes (the module docstring lists them)."""
 
 TAG_PUT = 1
 TAG_DELETE = 2
@@ -115,6 +131,17 @@ def payload_bytes(command: object) -> int:
     if isinstance(command, tuple):
         return 4 + sum(payload_bytes(field) for field in command)
     return 8
+
+
+def batching_bytes(command: object) -> int:
+    """What ``command`` counts for when group commit fills an entry (raft/proposer.py):
+    its :func:`payload_bytes`, and for a txn that reads, the most its results may take,
+    since every replica holds an entry's results while it applies it."""
+    inner = command.command if isinstance(command, Produced) else command
+    bound = 0
+    if isinstance(inner, Txn) and inner.reads and inner.max_result_bytes is not None:
+        bound = inner.max_result_bytes
+    return payload_bytes(command) + bound
 
 
 class Put(NamedTuple):
@@ -231,6 +258,15 @@ class Txn(NamedTuple):
     compares: tuple[Compare, ...] = ()
     success: tuple[TxnOp, ...] = ()
     failure: tuple[TxnOp, ...] = ()
+    max_result_bytes: int | None = None
+    """Most bytes (keys and values) the get ops of the branch that runs may return;
+    beyond it the txn writes nothing and answers ``txn_result_too_large``. None:
+    no bound (a txn of format 1)."""
+
+    @property
+    def reads(self) -> bool:
+        """Whether a get op may return a value (either branch)."""
+        return any(isinstance(op, TxnGet) for op in (*self.success, *self.failure))
 
     @property
     def size(self) -> int:
@@ -369,12 +405,17 @@ def _encode_command(command: Command) -> list[Any]:
     if isinstance(command, Delete):
         return [TAG_DELETE, command.key, command.expected_version]
     if isinstance(command, Txn):
-        return [
+        encoded = [
             TAG_TXN,
             [_encode_compare(c) for c in command.compares],
             [_encode_op(op) for op in command.success],
             [_encode_op(op) for op in command.failure],
         ]
+        if command.max_result_bytes is not None:
+            if type(command.max_result_bytes) is not int or command.max_result_bytes < 0:
+                raise ValueError("max_result_bytes must be a non-negative integer")
+            encoded.append(command.max_result_bytes)
+        return encoded
     if isinstance(command, SetMember):
         return [TAG_SET_MEMBER, command.node_id, command.raft_address, command.http_url]
     if isinstance(command, RemoveMember):
@@ -428,7 +469,16 @@ def encode_entry(batch: Batch) -> bytes:
     """
     payload = [batch.timestamp_ms, [_encode_command(c) for c in batch.commands]]
     packed: bytes = msgpack.packb(payload, use_bin_type=True)
-    return bytes((FORMAT_VERSION,)) + packed
+    return bytes((_format_of(batch),)) + packed
+
+
+def _format_of(batch: Batch) -> int:
+    """The lowest format that holds every command of ``batch``."""
+    for command in batch.commands:
+        inner = command.command if isinstance(command, Produced) else command
+        if isinstance(inner, Txn) and inner.max_result_bytes is not None:
+            return 2
+    return 1
 
 
 def _expected(value: Any) -> int | None:
@@ -484,11 +534,19 @@ def _decode_op(raw: Any) -> TxnOp:
 
 
 def _decode_txn(raw: list[Any]) -> Txn:
-    _, compares, success, failure = raw
+    compares, success, failure = raw[1:4]
+    max_result_bytes = None
+    if len(raw) == 5:
+        max_result_bytes = raw[4]
+        if type(max_result_bytes) is not int or not 0 <= max_result_bytes <= INT64_MAX:
+            raise EntryDecodeError(
+                f"max_result_bytes must be a non-negative integer, not {max_result_bytes!r:.40}"
+            )
     return Txn(
         tuple(_decode_compare(c) for c in _array(compares, "txn compares")),
         tuple(_decode_op(op) for op in _array(success, "txn success ops")),
         tuple(_decode_op(op) for op in _array(failure, "txn failure ops")),
+        max_result_bytes,
     )
 
 
@@ -535,7 +593,7 @@ def _decode_command(raw: Any) -> Command:
         return Delete(_bytes(raw[1], "key"), _expected(raw[2]))
     if tag == TAG_BARRIER and len(raw) == 1:
         return Barrier()
-    if tag == TAG_TXN and len(raw) == 4:
+    if tag == TAG_TXN and len(raw) in (4, 5):
         return _decode_txn(raw)
     if tag == TAG_SET_MEMBER and len(raw) == 4:
         return SetMember(
@@ -563,7 +621,7 @@ def decode_entry(data: bytes) -> Batch:
     """Decode entry bytes; raises :class:`EntryDecodeError` for anything malformed."""
     if not data:
         raise EntryDecodeError("empty entry")
-    if data[0] != FORMAT_VERSION:
+    if not 1 <= data[0] <= FORMAT_VERSION:
         raise UnsupportedEntryVersion(data[0])
     try:
         payload = msgpack.unpackb(data[1:], raw=False, use_list=True, strict_map_key=True)
@@ -574,4 +632,7 @@ def decode_entry(data: bytes) -> Batch:
     timestamp_ms, raw_commands = payload
     if type(timestamp_ms) is not int or not isinstance(raw_commands, list):
         raise EntryDecodeError("entry must be [timestamp_ms: int, commands: array]")
-    return Batch(tuple(_decode_command(c) for c in raw_commands), timestamp_ms)
+    batch = Batch(tuple(_decode_command(c) for c in raw_commands), timestamp_ms)
+    if _format_of(batch) > data[0]:
+        raise EntryDecodeError(f"entry format {data[0]} holds a command of a later format")
+    return batch

@@ -154,6 +154,7 @@ def decide_txn(writer: EntryWriter, txn: Txn, max_value_bytes: int) -> CommandRe
     succeeded = _compares_hold(writer, txn)
     branch, name = (txn.success, "success") if succeeded else (txn.failure, "failure")
     op_results: list[OpResult] = []
+    returned = 0  # bytes of keys and values the get ops return
     writer.savepoint()
     for i, op in enumerate(branch):
         key = op.key
@@ -169,12 +170,19 @@ def decide_txn(writer: EntryWriter, txn: Txn, max_value_bytes: int) -> CommandRe
             current = writer.current(key)
             if current is None:
                 op_results.append(OpResult("get", key, False, 0))
-            else:
-                op_results.append(
-                    OpResult(
-                        "get", key, True, current.version, current.create_version, current.value
-                    )
+                continue
+            returned += len(key) + len(current.value)
+            if txn.max_result_bytes is not None and returned > txn.max_result_bytes:
+                writer.rollback()
+                return CommandResult(
+                    ResultCode.TXN_RESULT_TOO_LARGE,
+                    message=f"{name}[{i}]: the txn's gets would return more than "
+                    f"{txn.max_result_bytes} bytes of keys and values (--max-txn-result-bytes); "
+                    "read fewer keys per txn",
                 )
+            op_results.append(
+                OpResult("get", key, True, current.version, current.create_version, current.value)
+            )
         else:
             outcome = _read_modify_write(writer, op, max_value_bytes)
             if isinstance(outcome, CommandResult):

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from node.errors import EntryDecodeError
+from node.errors import EntryDecodeError, UnsupportedEntryVersion
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
 from node.state.commands import (
     Append,
@@ -158,6 +158,11 @@ class StateMachine:
         self._audits.clear()
         try:
             batch = decode_entry(entry)
+        except UnsupportedEntryVersion:
+            # Written by a newer rkv: applying it as a no-op would make this replica
+            # differ from the others. Raising stalls the node on this entry until it
+            # is upgraded (it reports itself stalled, raft retries the entry).
+            raise
         except EntryDecodeError as exc:
             logger.error("raft entry %d cannot be decoded, applied as a no-op: %s", raft_index, exc)
             results: tuple[CommandResult, ...] = (

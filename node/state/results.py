@@ -21,6 +21,7 @@ class ResultCode(enum.Enum):
     MALFORMED_ENTRY = "malformed_entry"
     ALREADY_APPLIED = "already_applied"
     TXN_TOO_LARGE = "txn_too_large"
+    TXN_RESULT_TOO_LARGE = "txn_result_too_large"
     NOT_AN_INTEGER = "not_an_integer"
     INTEGER_OVERFLOW = "integer_overflow"
     # Idempotent producers (node/state/producers.py).

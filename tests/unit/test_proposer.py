@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from node.errors import InvalidRequest, NotApplied, Overloaded, UnknownOutcome
-from node.state.commands import Barrier, Put, decode_entry
+from node.state.commands import Barrier, Put, Txn, TxnGet, TxnPut, decode_entry
 from node.state.results import CommandResult, ResultCode
 from raft.proposer import GroupCommitProposer
 
@@ -237,3 +237,21 @@ async def test_an_entry_holds_no_more_than_max_entry_bytes_but_at_least_one_comm
         proposer.complete(entry_id, ok_results(size))
     results = await asyncio.gather(*tasks, huge)
     assert all(result.code is ResultCode.OK for result in results)
+
+
+@pytest.mark.asyncio
+async def test_a_txn_that_reads_counts_its_result_bound_against_the_entry() -> None:
+    """Every replica holds an entry's results while applying it: two reading txns whose
+    bounds together pass max_entry_bytes go in different entries, small as they are."""
+    raft = Raft()
+    proposer = make(raft, max_entry_bytes=250_000, max_entries_in_flight=100)
+    reading = Txn((), (TxnGet(b"k"),), (), max_result_bytes=200_000)
+    writing = Txn((), (TxnPut(b"k", b"v"),), (), max_result_bytes=200_000)
+    tasks = [asyncio.ensure_future(proposer.propose(t)) for t in (reading, reading, writing)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    sizes = [len(raft.commands(i)) for i in range(len(raft.entries))]
+    assert sizes == [1, 2], sizes  # the write returns nothing: it joins the second read
+    for (entry_id, _), size in zip(raft.entries, sizes, strict=True):
+        proposer.complete(entry_id, ok_results(size))
+    await asyncio.gather(*tasks)

@@ -71,6 +71,7 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         ([*BASE, "--max-txn-ops", "0"], SECRET, "--max-txn-ops must be a positive"),
         ([*BASE, "--http-idle-timeout", "0"], SECRET, "--http-idle-timeout must be positive"),
         ([*BASE, "--compaction-min-dirty-ratio", "2"], SECRET, "must be from 0 to 1"),
+        ([*BASE, "--max-txn-result-bytes", "1052671"], SECRET, "one get of the largest"),
         (BASE, {}, "a cluster secret is required"),
         (BASE, {"RKV_CLUSTER_SECRET": "short"}, "at least 16 bytes"),
         ([*BASE, "--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),

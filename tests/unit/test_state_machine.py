@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.errors import UnsupportedEntryVersion
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
 from node.state.commands import (
     MAX_TXN_OPS,
@@ -331,10 +333,21 @@ def test_reapplied_index_after_restart_reports_already_applied(
 
 
 def test_malformed_entry_is_a_result_and_advances_the_index(storage: NodeStorage) -> None:
-    results = machine_of(storage).apply(3, b"\x07garbage")
+    results = machine_of(storage).apply(3, b"\x01garbage")
     assert [r.code for r in results] == [ResultCode.MALFORMED_ENTRY]
-    assert "unsupported entry format version 7" in results[0].message
+    assert "not valid msgpack" in results[0].message
     assert machine_of(storage).applied_index == 3
+    assert storage.commit_log.last_offset == 0
+
+
+def test_an_entry_of_a_newer_format_stalls_instead_of_being_skipped(
+    storage: NodeStorage,
+) -> None:
+    """Skipping it would leave this replica without what the newer ones applied."""
+    machine = machine_of(storage)
+    with pytest.raises(UnsupportedEntryVersion, match="version 7"):
+        machine.apply(3, b"\x07written-by-a-newer-rkv")
+    assert machine.applied_index == 0
     assert storage.commit_log.last_offset == 0
 
 

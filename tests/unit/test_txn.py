@@ -57,9 +57,9 @@ def log_of(storage: NodeStorage) -> list[Record]:
 # -- codec ------------------------------------------------------------------------
 
 
-def raw_entry(*raw_commands: Any, timestamp_ms: int = 7) -> bytes:
+def raw_entry(*raw_commands: Any, timestamp_ms: int = 7, version: int = 1) -> bytes:
     packed: bytes = msgpack.packb([timestamp_ms, list(raw_commands)], use_bin_type=True)
-    return bytes((FORMAT_VERSION,)) + packed
+    return bytes((version,)) + packed
 
 
 def test_txn_encoding_is_the_documented_layout() -> None:
@@ -378,6 +378,40 @@ def test_the_limit_counts_compares_and_both_branches(storage: NodeStorage) -> No
     (applied,) = machine.apply(2, entry(at_limit))
     assert (applied.code, applied.version, applied.succeeded) == (ResultCode.OK, 1, True)
     assert state_of(storage) == {b"k": (1, 1, b"v")}
+
+
+def test_gets_returning_more_than_max_result_bytes_refuse_the_whole_txn(
+    storage: NodeStorage,
+) -> None:
+    machine = machine_of(storage)
+    machine.apply(1, entry(Put(b"big", b"B" * 40)))  # key + value: 43 bytes a get
+    reads = (TxnPut(b"w", b"x"), TxnGet(b"big"), TxnGet(b"absent"), TxnGet(b"big"))
+    (refused,) = machine.apply(2, entry(Txn((), reads, (), max_result_bytes=85)))
+    assert refused.code is ResultCode.TXN_RESULT_TOO_LARGE
+    assert refused.message.startswith("success[3]: ")
+    assert "--max-txn-result-bytes" in refused.message
+    assert b"w" not in state_of(storage)  # the put before the gets was taken back
+    (fits,) = machine.apply(3, entry(Txn((), reads, (), max_result_bytes=86)))
+    assert fits.code is ResultCode.OK
+    assert [op.value for op in fits.op_results] == [b"", b"B" * 40, b"", b"B" * 40]
+    assert state_of(storage)[b"w"][2] == b"x"
+    # A txn of format 1 (no bound) returns whatever its gets read, as it did.
+    (unbounded,) = machine.apply(4, entry(Txn((), reads * 10)))
+    assert unbounded.code is ResultCode.OK
+
+
+def test_the_result_bound_travels_in_a_format_2_entry_only() -> None:
+    bounded = Txn((), (TxnGet(b"k"),), (), max_result_bytes=1000)
+    plain = bounded._replace(max_result_bytes=None)
+    assert entry(plain)[0] == 1  # what an older node reads
+    assert entry(bounded)[0] == 2 == FORMAT_VERSION
+    assert decode_entry(entry(bounded)).commands == (bounded,)
+    assert decode_entry(entry(plain)).commands == (plain,)
+    # The same five fields in an entry that says format 1 are malformed.
+    with pytest.raises(EntryDecodeError, match="later format"):
+        decode_entry(bytes((1,)) + entry(bounded)[1:])
+    with pytest.raises(EntryDecodeError, match="max_result_bytes"):
+        decode_entry(raw_entry([TAG_TXN, [], [[3, b"k"]], [], -1], version=2))
 
 
 TOO_LONG = b"k" * (MAX_KEY_BYTES + 1)

@@ -1,0 +1,82 @@
+"""One hostile request must not take every replica's memory (issue 15).
+
+Each test sends what the issue's reproduction sent to a 3-node cluster on its
+default limits, while a well-behaved client (tests/support/bystander.py) keeps
+writing and reading: the request gets the documented JSON error, no node's peak
+memory grows by more than a stated bound, the bystander is served throughout,
+and everything acknowledged reads back on every node.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.bystander import Bystander, peak_rss, rss_bytes
+from tests.support.cluster import LocalCluster, http
+
+MiB = 1024 * 1024
+GROWTH_BOUND = 300 * MiB
+"""Most any node's peak memory may grow during an attack (the issue's bound)."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("hostile") / "cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _pids(cluster: LocalCluster) -> list[int]:
+    return [node.proc.pid for node in cluster.nodes if node.proc is not None]
+
+
+def _b64(text: bytes) -> str:
+    return base64.b64encode(text).decode()
+
+
+def test_a_txn_of_gets_of_a_large_value_is_refused_and_writes_nothing(
+    cluster: LocalCluster,
+) -> None:
+    leader = cluster.leader()
+    big = b"B" * (64 * 1024)
+    assert http("PUT", f"{leader.url}/v1/kv/big", big).status == 200
+    before = {pid: rss_bytes(pid) for pid in _pids(cluster)}
+    # 1,000 gets of a 64 KiB value: 64 MiB of results, 1 MiB of JSON body. Before the
+    # bound every replica built them (and kept the last 1024 entries' results).
+    hostile = {
+        "success": [
+            {"op": "put", "key": _b64(b"hostile/written"), "value": _b64(b"x")},
+            *[{"op": "get", "key": _b64(b"big")}] * 1000,
+        ]
+    }
+    body = json.dumps(hostile).encode()
+    with Bystander(leader.url, "txn-bystander") as bystander:
+        for _ in range(4):
+            answer = http("POST", f"{leader.url}/v1/txn", body, timeout=60)
+            assert answer.status == 413, answer.body[:300]
+            error = answer.json()
+            assert error["code"] == "txn_result_too_large", error
+            assert "--max-txn-result-bytes" in error["message"]
+    for pid, rss in before.items():
+        growth = peak_rss(pid) - rss
+        print(f"pid {pid}: RSS before {rss / MiB:.0f} MiB, peak growth {growth / MiB:.0f} MiB")
+        assert growth < GROWTH_BOUND, (pid, growth)
+    bystander.check(cluster)
+    # The refused txn wrote nothing, on any node.
+    for node in cluster.nodes:
+        got = http("GET", f"{node.url}/v1/kv/hostile/written?consistency=stale")
+        assert got.status == 404, (node.node_id, got.status)
+    # Under the bound the same reads are answered, with every value.
+    fits = {"success": [{"op": "get", "key": _b64(b"big")}] * 100}
+    answer = http("POST", f"{leader.url}/v1/txn", json.dumps(fits).encode(), timeout=60)
+    assert answer.status == 200, answer.body[:300]
+    results = answer.json()["results"]
+    assert len(results) == 100
+    assert all(base64.b64decode(r["value"]) == big for r in results)

@@ -14,6 +14,7 @@ from http_api import (
     routes_watch,
     routes_writes,
 )
+from http_api.connections import LIMITS, HttpLimits, request_bounds
 from http_api.errors import error_middleware
 from http_api.kv_api import KvApi
 from http_api.routes_audit import AuditApi
@@ -25,19 +26,22 @@ SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 MIN_BODY_LIMIT = 16 * 1024 * 1024
 
 
-def build_app(service: KvApi, audits: AuditApi | None = None) -> web.Application:
+def build_app(
+    service: KvApi, audits: AuditApi | None = None, limits: HttpLimits | None = None
+) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
     app = web.Application(
-        middlewares=[error_middleware],
+        middlewares=[request_bounds, error_middleware],
         client_max_size=max(MIN_BODY_LIMIT, 2 * service.max_value_bytes + 65536),
     )
     app[SERVICE] = service
+    app[LIMITS] = limits or HttpLimits()
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
     routes_log.add_routes(app, SERVICE)
     routes_snapshot.add_routes(app, SERVICE)
-    routes_watch.add_routes(app, SERVICE)
+    routes_watch.add_routes(app, SERVICE, LIMITS)
     routes_producers.add_routes(app, SERVICE)
     routes_audit.add_routes(app, audits)
     return app

@@ -8,6 +8,7 @@ nests too deep all answer 400 ``invalid_request`` naming the problem.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import json
 from typing import Any
@@ -16,13 +17,22 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from node.errors import InvalidRequest
+from http_api.connections import LIMITS
+from node.errors import InvalidRequest, RequestTimeout
 
 
 async def read_body(request: web.Request) -> bytes:
-    """The body's bytes, decoded from its Content-Encoding."""
+    """The body's bytes, decoded from its Content-Encoding; it must arrive within the
+    node's --http-read-timeout (a client sending a byte a minute holds a slot)."""
+    timeout = request.app[LIMITS].read_timeout if LIMITS in request.app else None
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        request.content.feed_eof()  # nothing more is read; the answer closes the connection
+        raise RequestTimeout(
+            f"the body did not arrive within {timeout:g} s (--http-read-timeout)"
+        ) from None
     except (HttpProcessingError, RequestPayloadError) as exc:
         # The rest of the body cannot be read either: mark it ended, so that aiohttp
         # does not try to drain it after the answer (and log the same error again).

@@ -24,6 +24,8 @@ from node.errors import (
     Overloaded,
     PayloadTooLarge,
     RequestError,
+    RequestTimeout,
+    TooManyRequests,
     TransferExpired,
     Unavailable,
     UnknownOutcome,
@@ -39,6 +41,8 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (VersionConflict, 412),
     (Conflict, 409),
     (PayloadTooLarge, 413),
+    (TooManyRequests, 429),
+    (RequestTimeout, 408),
     (NotLeader, 307),
     (Overloaded, 503),
     (NotApplied, 503),
@@ -81,7 +85,7 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
             headers["Location"] = error.leader_url.rstrip("/") + path_qs
     if error.duplicate:
         headers["Rkv-Duplicate"] = "true"
-    if isinstance(error, Unavailable) and error.retry_after is not None:
+    if isinstance(error, Unavailable | TooManyRequests) and error.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(error.retry_after)))
     return json_response(body, status, **headers)
 
@@ -94,7 +98,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except RequestError as error:
-        return error_response(error, request.path_qs)
+        response = error_response(error, request.path_qs)
+        if isinstance(error, RequestTimeout):
+            response.force_close()  # the rest of the request may still be on its way
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

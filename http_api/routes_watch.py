@@ -42,15 +42,17 @@ import base64
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from http_api.connections import HttpLimits
 from http_api.encoding import encoding_param, int_param, raw_query
 from http_api.kv_api import KvApi
 from http_api.streaming import write_or_give_up
-from node.errors import NodeNotReady
+from node.errors import NodeNotReady, RequestError, TooManyRequests, Unavailable
 from node.service.types import Record, RecordOp
 
 logger = logging.getLogger(__name__)
@@ -119,6 +121,8 @@ class HeadTicker:
         self.closed = False
         self.watches = 0
         """Open watch streams (their handlers have not returned yet)."""
+        self.by_address: Counter[str] = Counter()
+        """Open watch streams by client address."""
 
     async def wait(self, beyond: int, timeout: float) -> None:
         """Return once the head is above ``beyond``, after ``timeout`` s, or on close."""
@@ -224,7 +228,26 @@ async def _stream(
 TICKER = web.AppKey("watch_ticker", HeadTicker)
 
 
-def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
+def _watch_refusal(ticker: HeadTicker, limits: HttpLimits, address: str) -> RequestError | None:
+    if ticker.watches >= limits.max_watches:
+        busy = Unavailable(
+            f"this node serves {ticker.watches} watches, its --max-watches",
+            code="too_many_watches",
+        )
+        busy.retry_after = 1.0
+        return busy
+    if ticker.by_address[address] >= limits.max_watches_per_address:
+        return TooManyRequests(
+            f"{address} holds {ticker.by_address[address]} watches on this node, its "
+            "--max-watches-per-address",
+            code="too_many_watches_per_address",
+        )
+    return None
+
+
+def add_routes(
+    app: web.Application, service_key: web.AppKey[KvApi], limits_key: web.AppKey[HttpLimits]
+) -> None:
     async def start_ticker(app: web.Application) -> None:
         kv = app[service_key]
         app[TICKER] = HeadTicker(lambda: kv.applied_offset)
@@ -245,6 +268,11 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         reason = kv.unreadable_reason()
         if reason is not None:
             raise NodeNotReady(f"this node serves no reads: {reason}")
+        ticker = request.app[TICKER]
+        address = request.remote or "?"
+        refusal = _watch_refusal(ticker, request.app[limits_key], address)
+        if refusal is not None:
+            raise refusal
         head = kv.applied_offset
         position = head + 1 if from_offset is None else max(from_offset, 1)
         response = web.StreamResponse(
@@ -255,10 +283,10 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
                 "Rkv-Watch-From": str(position),
             }
         )
-        await response.prepare(request)
-        ticker = request.app[TICKER]
         ticker.watches += 1
+        ticker.by_address[address] += 1
         try:
+            await response.prepare(request)
             await _stream(
                 request,
                 response,
@@ -280,6 +308,9 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
                 await response.write_eof()
         finally:
             ticker.watches -= 1
+            ticker.by_address[address] -= 1
+            if ticker.by_address[address] <= 0:
+                del ticker.by_address[address]
         return response
 
     app.router.add_route("GET", "/v1/watch", watch)

@@ -124,6 +124,19 @@ class PayloadTooLarge(RequestError):
     code = "payload_too_large"
 
 
+class RequestTimeout(RequestError):
+    """The request did not arrive in time (408)."""
+
+    code = "request_timeout"
+
+
+class TooManyRequests(RequestError):
+    """One client holds as much of something as a node lets one client hold (429)."""
+
+    code = "too_many_requests"
+    retry_after = 1.0
+
+
 class KeyNotFound(RequestError):
     code = "not_found"
 

@@ -55,7 +55,9 @@ from http_api.client.wire import (
 DISCOVERY_TIMEOUT = 2.0  # seconds for one GET /v1/status while looking for the leader
 IDLE_RECONNECT = 15.0  # a pooled connection idle this long is reopened (servers drop them)
 MAX_REDIRECTS = 5
-SAFE_WRITE_RETRY_CODES = frozenset({"not_applied", "no_leader", "overloaded"})
+SAFE_WRITE_RETRY_CODES = frozenset(
+    {"not_applied", "no_leader", "overloaded", "too_many_connections"}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -325,7 +325,7 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
             kind = NotAppliedError
         elif code == "unknown_outcome":
             kind = UnknownOutcomeError
-        elif code == "overloaded":
+        elif code in ("overloaded", "too_many_connections"):
             kind = OverloadedError
         return kind(message, retry_after=retry_after, **common)
     return RkvClientError(message, code=code or f"http_{status}", status=status, url=url)

@@ -30,6 +30,11 @@ DEFAULT_MAX_PAGE_BYTES = 4 * 1024 * 1024  # a scan page's keys and values (the f
 # command's ops in one transaction) need it; lower it where no replicator writes.
 DEFAULT_MAX_TXN_OPS = MAX_TXN_OPS
 DEFAULT_MAX_TXN_RESULT_BYTES = 8 * 1024 * 1024  # keys and values a txn's gets may return
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256
+DEFAULT_HTTP_READ_TIMEOUT = 30.0  # seconds a request's head, then its body, may take to arrive
+DEFAULT_MAX_WATCHES = 512
+DEFAULT_MAX_WATCHES_PER_ADDRESS = 128
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
@@ -52,6 +57,11 @@ class NodeConfig:
     compaction_triggers: CompactionTriggers
     watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE
     http_idle_timeout: float = DEFAULT_HTTP_IDLE_TIMEOUT
+    http_read_timeout: float = DEFAULT_HTTP_READ_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+    max_watches: int = DEFAULT_MAX_WATCHES
+    max_watches_per_address: int = DEFAULT_MAX_WATCHES_PER_ADDRESS
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     max_txn_result_bytes: int = DEFAULT_MAX_TXN_RESULT_BYTES
@@ -156,6 +166,31 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-idle-timeout",
         help="seconds an idle keep-alive HTTP connection stays open "
         f"(RKV_HTTP_IDLE_TIMEOUT, {DEFAULT_HTTP_IDLE_TIMEOUT:g})",
+    )
+    add(
+        "--http-read-timeout",
+        help="seconds a request's head may take to arrive once it started, and its body "
+        f"likewise (RKV_HTTP_READ_TIMEOUT, {DEFAULT_HTTP_READ_TIMEOUT:g})",
+    )
+    add(
+        "--max-connections",
+        help="open HTTP connections this node holds; more are answered 503 "
+        f"too_many_connections (RKV_MAX_CONNECTIONS, {DEFAULT_MAX_CONNECTIONS})",
+    )
+    add(
+        "--max-connections-per-address",
+        help="open HTTP connections from one client address; more are answered 429 "
+        "(RKV_MAX_CONNECTIONS_PER_ADDRESS, "
+        f"{DEFAULT_MAX_CONNECTIONS_PER_ADDRESS})",
+    )
+    add(
+        "--max-watches",
+        help=f"open /v1/watch streams on this node (RKV_MAX_WATCHES, {DEFAULT_MAX_WATCHES})",
+    )
+    add(
+        "--max-watches-per-address",
+        help="open /v1/watch streams from one client address (RKV_MAX_WATCHES_PER_ADDRESS, "
+        f"{DEFAULT_MAX_WATCHES_PER_ADDRESS})",
     )
     add(
         "--max-page-bytes",
@@ -348,6 +383,18 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     max_txn_ops = _positive_int(
         _value(args, env, "max_txn_ops"), "--max-txn-ops", DEFAULT_MAX_TXN_OPS
     )
+    http_read_timeout = _positive_float(
+        _value(args, env, "http_read_timeout"), "--http-read-timeout", DEFAULT_HTTP_READ_TIMEOUT
+    )
+    connection_caps = [
+        _positive_int(_value(args, env, name), "--" + name.replace("_", "-"), default)
+        for name, default in (
+            ("max_connections", DEFAULT_MAX_CONNECTIONS),
+            ("max_connections_per_address", DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
+            ("max_watches", DEFAULT_MAX_WATCHES),
+            ("max_watches_per_address", DEFAULT_MAX_WATCHES_PER_ADDRESS),
+        )
+    ]
     max_page_bytes = _positive_int(
         _value(args, env, "max_page_bytes"), "--max-page-bytes", DEFAULT_MAX_PAGE_BYTES
     )
@@ -392,6 +439,11 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         triggers,
         watch_keepalive=watch_keepalive,
         http_idle_timeout=http_idle_timeout,
+        http_read_timeout=http_read_timeout,
+        max_connections=connection_caps[0],
+        max_connections_per_address=connection_caps[1],
+        max_watches=connection_caps[2],
+        max_watches_per_address=connection_caps[3],
         max_txn_ops=max_txn_ops,
         max_page_bytes=max_page_bytes,
         max_txn_result_bytes=max_txn_result_bytes,

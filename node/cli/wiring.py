@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import resource
 import signal
 import sys
 
+from http_api.connections import HttpLimits
 from http_api.server import HttpServer
 from node.audit.jobs import AuditExporter
 from node.cli.join import Discovery, Member, announce
@@ -86,9 +88,15 @@ async def serve(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
         )
         audits = AuditService(consensus, storage.store, exporter)
-        http = HttpServer(
-            service, config.http_host, config.http_port, audits, config.http_idle_timeout
+        limits = HttpLimits(
+            max_connections=config.max_connections,
+            max_per_address=config.max_connections_per_address,
+            read_timeout=config.http_read_timeout,
+            idle_timeout=config.http_idle_timeout,
+            max_watches=config.max_watches,
+            max_watches_per_address=config.max_watches_per_address,
         )
+        http = HttpServer(service, config.http_host, config.http_port, audits, limits)
         await http.start()
         logger.info(
             "node %s: HTTP on %s, raft on %s%s",
@@ -139,11 +147,36 @@ async def sweep_producers(service: KvService, interval: float) -> None:
             logger.info("expired the state of %d idle producers", expired)
 
 
+_FILES_BESIDE_CONNECTIONS = 1024
+"""Open files a node needs besides its HTTP connections: raft peers, segments, LMDB,
+snapshot and audit files, watches' log readers."""
+
+
+def _raise_open_files_limit(config: NodeConfig) -> None:
+    """Raise the soft open-files limit (often 1024) towards what the connection caps
+    need, up to the hard limit; say so when the hard limit is too low for them."""
+    wanted = config.max_connections + _FILES_BESIDE_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft != resource.RLIM_INFINITY and soft < ceiling:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+        soft = ceiling
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        logger.warning(
+            "open-files limit %d is below --max-connections %d + %d: raise the hard limit "
+            "(ulimit -Hn, LimitNOFILE=) or lower --max-connections",
+            soft,
+            config.max_connections,
+            _FILES_BESIDE_CONNECTIONS,
+        )
+
+
 def run_node(config: NodeConfig, discovery: Discovery | None = None) -> None:
     # pysyncobj's thread and the event loop share the GIL. With the default 5 ms
     # switch interval a busy loop delays every raft step (receive, commit,
     # apply) by up to 5 ms; 0.5 ms keeps raft responsive under HTTP load.
     sys.setswitchinterval(0.0005)
+    _raise_open_files_limit(config)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -16,6 +16,7 @@ from aiohttp import web
 from node.errors import (
     AuditExportFailed,
     Conflict,
+    Forbidden,
     InvalidRequest,
     KeyNotFound,
     NodeNotReady,
@@ -42,6 +43,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (Conflict, 409),
     (PayloadTooLarge, 413),
     (TooManyRequests, 429),
+    (Forbidden, 403),
     (RequestTimeout, 408),
     (NotLeader, 307),
     (Overloaded, 503),

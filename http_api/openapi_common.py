@@ -17,6 +17,8 @@ _ERROR_TEXT = {
     307: "Not the leader (consistency=leader, membership changes, audits): Location names "
     "the leader",
     400: "Invalid request (bad key, parameter, header or body; invalid_audit_id, invalid_buckets)",
+    403: "auth_required: this node serves on a non-loopback address without authentication "
+    "and refuses an operation that could redirect clients (a member's url)",
     404: "No such key (or member). Audits: audit_not_found (this node has no export of it, "
     "or not yet), audit_not_finished, audit_file_not_found",
     409: "Conflict. Idempotent producer writes: producer_fenced (not the current epoch), "
@@ -24,7 +26,8 @@ _ERROR_TEXT = {
     f"retry older than the last {WINDOW} sequences), unknown_producer (unknown or "
     "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
     "membership_change_in_progress, member_exists, address_in_use, last_member or "
-    "member_is_leader. Audits: audit_exists",
+    "member_is_leader, member_unreachable (the new member does not answer on its raft "
+    "address under the cluster secret). Audits: audit_exists",
     410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "

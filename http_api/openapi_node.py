@@ -266,8 +266,11 @@ def node_paths() -> dict[str, Any]:
                 "summary": "Add a voting member (on the leader; one change at a time)",
                 "description": "Records the member in the replicated directory, then "
                 "adds its raft address to the cluster and waits for the change to "
-                "commit. Adding a member that already exists with the same raft "
-                "address changes nothing (added: false).",
+                "commit. The new member must be running: the leader first checks that "
+                "its raft address completes the handshake under the cluster secret "
+                "(409 member_unreachable otherwise). Adding a member that already "
+                "exists with the same raft address and url changes nothing (added: "
+                "false); with another url it is 409 member_exists (PUT changes a url).",
                 "requestBody": {
                     "required": True,
                     "content": {
@@ -296,7 +299,45 @@ def node_paths() -> dict[str, Any]:
                     "200": json_content({"$ref": "#/components/schemas/MemberChange"}, "Removed"),
                     **errors(307, 404, 409, 503),
                 },
-            }
+            },
+            "put": {
+                "summary": "Change a member's HTTP URL (on the leader)",
+                "description": "Clients are redirected to a member's url and members "
+                "download catch-up state from it, so a node serving on a non-loopback "
+                "address refuses this (403 auth_required) until authentication exists.",
+                "parameters": [
+                    {
+                        "name": "id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                        "description": "The member's id.",
+                    }
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["url"],
+                                "additionalProperties": False,
+                                "properties": {"url": {"type": "string"}},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": json_content(
+                        {
+                            "type": "object",
+                            "properties": {"member": {"$ref": "#/components/schemas/Member"}},
+                        },
+                        "Changed (or already that url)",
+                    ),
+                    **errors(307, 400, 403, 404, 503),
+                },
+            },
         },
         "/v1/openapi.json": {
             "get": {

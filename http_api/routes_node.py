@@ -62,6 +62,16 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         result = await request.app[service_key].add_member(*map(str, fields))
         return json_response(result)
 
+    async def set_member_url(request: web.Request) -> web.Response:
+        body = await read_json(request, 'JSON: {"url"}')
+        if not isinstance(body, dict) or not isinstance(body.get("url"), str):
+            raise InvalidRequest('the body must be a JSON object with a string "url"')
+        if set(body) - {"url"}:
+            raise InvalidRequest("only a member's url can change; its raft address cannot")
+        node_id = request.match_info["id"]
+        result = await request.app[service_key].set_member_url(node_id, body["url"])
+        return json_response(result)
+
     async def remove_member(request: web.Request) -> web.Response:
         result = await request.app[service_key].remove_member(request.match_info["id"])
         return json_response(result)
@@ -71,6 +81,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     app.router.add_route("GET", "/v1/cluster/members", members)
     app.router.add_route("POST", "/v1/cluster/members", add_member)
     app.router.add_route("DELETE", "/v1/cluster/members/{id}", remove_member)
+    app.router.add_route("PUT", "/v1/cluster/members/{id}", set_member_url)
     app.router.add_route("GET", "/healthz", healthz)
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/v1/openapi.json", openapi)

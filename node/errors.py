@@ -124,6 +124,12 @@ class PayloadTooLarge(RequestError):
     code = "payload_too_large"
 
 
+class Forbidden(RequestError):
+    """The node refuses this operation to this caller (403)."""
+
+    code = "forbidden"
+
+
 class RequestTimeout(RequestError):
     """The request did not arrive in time (408)."""
 

@@ -413,3 +413,7 @@ class RaftConsensus:
     async def remove_member(self, node_id: str) -> dict[str, Any]:
         """Remove a voting member (on the leader): raft's remove, then the record."""
         return await self._membership.remove_member(node_id)
+
+    async def set_member_url(self, node_id: str, url: str) -> dict[str, Any]:
+        """Change a member's HTTP URL (on the leader)."""
+        return await self._membership.set_member_url(node_id, url)

@@ -24,6 +24,7 @@ from node.state.results import CommandResult
 from node.storage.recovery import NodeStorage
 from raft.config import Member, RaftConfig
 from raft.outcomes import outcome
+from raft.probe import raft_answers
 from raft.syncobj_node import RkvSyncObj
 
 logger = logging.getLogger(__name__)
@@ -140,8 +141,10 @@ class Membership:
         for known in self.members():
             if known.node_id == member.node_id and known.raft_address == member.raft_address:
                 if known.http_url != member.http_url:
-                    await self._propose_member_record(
-                        SetMember(member.node_id, member.raft_address, member.http_url)
+                    raise Conflict(
+                        f"member {member.node_id} exists with url {known.http_url}; changing "
+                        f"it is its own operation: PUT /v1/cluster/members/{member.node_id}",
+                        code="member_exists",
                     )
                 return {"added": False, "member": member_json(member)}
             if known.node_id == member.node_id:
@@ -155,6 +158,12 @@ class Membership:
                     f"raft address {member.raft_address} belongs to member {known.node_id}",
                     code="address_in_use",
                 )
+        problem = await raft_answers(member.raft_address, syncobj.encryptor)
+        if problem is not None:
+            raise Conflict(
+                f"{problem}; start the new member (with the cluster secret) before adding it",
+                code="member_unreachable",
+            )
         await self._propose_member_record(
             SetMember(member.node_id, member.raft_address, member.http_url)
         )
@@ -169,6 +178,18 @@ class Membership:
             raise failure
         logger.info("member %s (%s) added", member.node_id, member.raft_address)
         return {"added": True, "member": member_json(member)}
+
+    async def set_member_url(self, node_id: str, url: str) -> dict[str, Any]:
+        """Change the HTTP URL a member is known by (on the leader): where clients are
+        redirected and where members download catch-up state from."""
+        self._require_leader()
+        target = next((m for m in self.members() if m.node_id == node_id), None)
+        if target is None:
+            raise KeyNotFound(f"no member has the id {node_id!r}", code="member_not_found")
+        if target.http_url != url:
+            await self._propose_member_record(SetMember(node_id, target.raft_address, url))
+            logger.info("member %s: url %s -> %s", node_id, target.http_url, url)
+        return {"member": member_json(Member(node_id, target.raft_address, url))}
 
     async def remove_member(self, node_id: str) -> dict[str, Any]:
         """Remove a voting member (on the leader): raft's remove, then the record."""

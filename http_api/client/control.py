@@ -192,6 +192,10 @@ class ControlClient:
         body = {"id": node_id, "raft_address": raft_address, "url": url}
         return request_json(self.urls, "POST", "/v1/cluster/members", body, self.timeout)
 
+    def set_member_url(self, node_id: str, url: str) -> tuple[int, Any]:
+        path = "/v1/cluster/members/" + path_part(node_id)
+        return request_json(self.urls, "PUT", path, {"url": url}, self.timeout)
+
     def remove_member(self, node_id: str) -> tuple[int, Any]:
         path = "/v1/cluster/members/" + path_part(node_id)
         return request_json(self.urls, "DELETE", path, None, self.timeout)

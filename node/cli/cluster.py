@@ -1,4 +1,4 @@
-"""`rkv cluster members | add | remove`: the voting members, one change at a time.
+"""`rkv cluster members | add | remove | set-url`: the voting members, one change at a time.
 
 Changes go to any node and are sent on to the leader (control-plane calls,
 http_api/client/control.py).
@@ -48,10 +48,17 @@ def add_commands(sub: Any) -> None:
     add.add_argument("member_url", metavar="HTTP_URL")
     remove = actions.add_parser("remove", parents=[common], help="remove a member by id")
     remove.add_argument("id")
+    set_url = actions.add_parser(
+        "set-url",
+        parents=[common],
+        help="change a member's HTTP URL (refused by a node serving beyond loopback)",
+    )
+    set_url.add_argument("id")
+    set_url.add_argument("member_url", metavar="HTTP_URL")
 
 
 def run(args: argparse.Namespace) -> int:
-    """rkv cluster members | add | remove."""
+    """rkv cluster members | add | remove | set-url."""
     action: str = args.cluster_command
     try:
         urls = node_urls(args.url)
@@ -63,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         status, answer = control.members()
     elif action == "add":
         status, answer = control.add_member(args.id, args.raft_address, args.member_url)
+    elif action == "set-url":
+        status, answer = control.set_member_url(args.id, args.member_url)
     else:
         status, answer = control.remove_member(args.id)
     if status != 200:
@@ -78,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
     elif action == "members":
         for member in answer.get("members", []):
             print(f"{member['id']}\t{member['raft_address']}\t{member['url']}")
+    elif action == "set-url":
+        member = answer.get("member") or {}
+        print(f"{member.get('id')} is at {member.get('url')}")
     else:
         member = answer.get("member") or {}
         done = "added" if action == "add" else "removed"

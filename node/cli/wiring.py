@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import logging
 import resource
 import signal
@@ -83,6 +84,7 @@ async def serve(
             max_page_bytes=config.max_page_bytes,
             max_txn_result_bytes=config.max_txn_result_bytes,
             stall_timeout=config.transfer_idle_timeout,
+            member_url_changes=is_loopback(config.http_host),
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
@@ -150,6 +152,16 @@ async def sweep_producers(service: KvService, interval: float) -> None:
 _FILES_BESIDE_CONNECTIONS = 1024
 """Open files a node needs besides its HTTP connections: raft peers, segments, LMDB,
 snapshot and audit files, watches' log readers."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or a name) is this machine's loopback only."""
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _raise_open_files_limit(config: NodeConfig) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from node.errors import (
     Conflict,
+    Forbidden,
     InvalidRequest,
     KeyNotFound,
     NodeNotReady,
@@ -116,6 +117,10 @@ class ConsensusLog(Protocol):
         """On the leader: remove a voting member (raises NotLeader, KeyNotFound, Conflict)."""
         ...
 
+    async def set_member_url(self, node_id: str, url: str) -> dict[str, Any]:
+        """On the leader: change a member's HTTP URL (raises NotLeader, KeyNotFound)."""
+        ...
+
 
 def member_problem(node_id: Any, raft_address: Any, url: Any) -> str | None:
     """Why a member description is unacceptable, or None."""
@@ -193,7 +198,9 @@ class KvService:
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
         max_txn_result_bytes: int | None = None,
         stall_timeout: float = 30.0,
+        member_url_changes: bool = True,
     ) -> None:
+        self._member_url_changes = member_url_changes
         self._stall_timeout = stall_timeout
         self._producer_expiry_ms = producer_expiry_ms
         self._transfer_rate_bytes = transfer_rate_bytes
@@ -575,6 +582,23 @@ class KvService:
 
     async def remove_member(self, node_id: str) -> dict[str, Any]:
         return await self._consensus.remove_member(node_id)
+
+    async def set_member_url(self, node_id: str, url: str) -> dict[str, Any]:
+        """Change where a member's HTTP API is found. Clients are redirected there and
+        members download catch-up state from it, so until users and permissions exist
+        (issue 16) only a node serving on loopback takes it."""
+        if not self._member_url_changes:
+            raise Forbidden(
+                "changing a member's url redirects clients and catch-up downloads; this "
+                "node serves on a non-loopback address without authentication, so it "
+                "refuses (bind --listen to loopback to change urls, or remove and add "
+                "the member again)",
+                code="auth_required",
+            )
+        problem = member_problem(node_id, "0.0.0.0:1", url)
+        if problem is not None:
+            raise InvalidRequest(problem)
+        return await self._consensus.set_member_url(node_id, url.rstrip("/"))
 
     def ready(self) -> tuple[bool, str]:
         reason = self._consensus.stalled_reason()

@@ -170,6 +170,9 @@ class NoService:
     async def remove_member(self, node_id: str) -> dict[str, Any]:
         raise AssertionError("not served")
 
+    async def set_member_url(self, node_id: str, url: str) -> dict[str, Any]:
+        raise AssertionError("not served")
+
 
 @pytest.fixture(scope="module")
 def app() -> web.Application:

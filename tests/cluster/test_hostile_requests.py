@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 
@@ -80,3 +82,48 @@ def test_a_txn_of_gets_of_a_large_value_is_refused_and_writes_nothing(
     results = answer.json()["results"]
     assert len(results) == 100
     assert all(base64.b64decode(r["value"]) == big for r in results)
+
+
+def test_concurrent_scans_of_large_values_stay_within_the_page_bound(
+    cluster: LocalCluster,
+) -> None:
+    leader = cluster.leader()
+    value = b"S" * MiB
+    for i in range(64):
+        assert http("PUT", f"{leader.url}/v1/kv/scan/{i:02d}", value, timeout=60).status == 200
+    follower = cluster.followers()[0]
+    assert follower.proc is not None
+    before = rss_bytes(follower.proc.pid)
+    errors: list[str] = []
+
+    def scan_everything() -> None:
+        # limit=64: before --max-page-bytes one page held all 64 MiB, built in memory.
+        url = f"{follower.url}/v1/kv?prefix=scan/&limit=64&consistency=stale"
+        items = 0
+        while True:
+            answer = http("GET", url, timeout=120)
+            if answer.status != 200:
+                errors.append(f"{answer.status}: {answer.body[:200]!r}")
+                return
+            page = answer.json()
+            items += len(page["items"])
+            if page["next"] is None:
+                break
+            url = (
+                f"{follower.url}/v1/kv?prefix=scan/&limit=64&consistency=stale"
+                f"&start_after={quote(page['next'], safe='')}"
+            )
+        if items != 64:
+            errors.append(f"{items} items")
+
+    with Bystander(follower.url, "scan-bystander") as bystander:
+        threads = [threading.Thread(target=scan_everything) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+    assert errors == []
+    growth = peak_rss(follower.proc.pid) - before
+    print(f"follower RSS before {before / MiB:.0f} MiB, peak growth {growth / MiB:.0f} MiB")
+    assert growth < GROWTH_BOUND, growth
+    bystander.check(cluster)

@@ -24,12 +24,15 @@ _ERROR_TEXT = {
     f"retry older than the last {WINDOW} sequences), unknown_producer (unknown or "
     "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
     "membership_change_in_progress, member_exists, address_in_use, last_member or "
-    "member_is_leader. Audits: audit_exists",
+    "member_is_leader. Audits: audit_exists, audit_running (an audit is still being "
+    "exported on the leader: start another once it is done)",
     410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "
     f"of more compares and ops than the node's --max-txn-ops ({MAX_TXN_OPS} "
     "by default, and at most)",
+    429: "A limit of the cluster is reached; the code names it: too_many_producers "
+    "(--max-producers; room is freed as idle producers expire)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "

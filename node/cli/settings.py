@@ -16,7 +16,7 @@ from pathlib import Path
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
 from node.state.commands import MAX_TXN_OPS
-from node.state.producers import DEFAULT_EXPIRY_MS
+from node.state.producers import DEFAULT_EXPIRY_MS, DEFAULT_MAX_PRODUCERS, DEFAULT_SWEEP_SLICE
 from node.storage.compaction import CompactionPolicy
 from node.storage.compactor import CompactionTriggers
 from node.storage.config import DEFAULT_RESULTS_CACHE_BYTES, FsyncPolicy, StorageConfig
@@ -57,6 +57,8 @@ class NodeConfig:
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
     producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
+    max_producers: int = DEFAULT_MAX_PRODUCERS
+    producer_sweep_slice: int = DEFAULT_SWEEP_SLICE
     audit_dir: Path | None = None
     """Where this node writes consistency-audit exports; None: <data_dir>/audit."""
 
@@ -128,6 +130,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--producer-expiry",
         help="seconds an idempotent producer may stay idle before its state is dropped "
         "(RKV_PRODUCER_EXPIRY, 604800 = 7 days)",
+    )
+    add(
+        "--max-producers",
+        help="most idempotent producers the cluster holds; POST /v1/producers past it "
+        f"answers 429 too_many_producers (RKV_MAX_PRODUCERS, {DEFAULT_MAX_PRODUCERS})",
+    )
+    add(
+        "--producer-sweep-slice",
+        help="most producers one raft entry of the expiry sweep looks at "
+        f"(RKV_PRODUCER_SWEEP_SLICE, {DEFAULT_SWEEP_SLICE})",
     )
     add(
         "--audit-dir",
@@ -334,6 +346,12 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     producer_expiry = _positive_float(
         _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
     )
+    max_producers = _positive_int(
+        _value(args, env, "max_producers"), "--max-producers", DEFAULT_MAX_PRODUCERS
+    )
+    producer_sweep_slice = _positive_int(
+        _value(args, env, "producer_sweep_slice"), "--producer-sweep-slice", DEFAULT_SWEEP_SLICE
+    )
     http_idle_timeout = _positive_float(
         _value(args, env, "http_idle_timeout"), "--http-idle-timeout", DEFAULT_HTTP_IDLE_TIMEOUT
     )
@@ -378,6 +396,8 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         max_page_bytes=max_page_bytes,
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
+        max_producers=max_producers,
+        producer_sweep_slice=producer_sweep_slice,
         audit_dir=audit_dir,
         transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,

@@ -11,6 +11,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,7 @@ def test_the_producer_limit_refuses_new_ones_while_existing_ones_keep_writing(
     assert len(expected) == 5
     for node in limited.nodes:
         wait_until(
-            lambda node=node: live_producers(log_records(node)) == expected,  # type: ignore[misc]
+            partial(lambda n: live_producers(log_records(n)) == expected, node),
             30,
             f"{node.node_id} to hold the same producers",
         )
@@ -136,7 +137,7 @@ def test_the_expiry_sweep_deletes_many_producers_in_bounded_slices(
     assert len(per_entry) >= 5, per_entry
     for node in expiring.nodes:
         wait_until(
-            lambda node=node: not live_producers(log_records(node)) & made,  # type: ignore[misc]
+            partial(lambda n: not live_producers(log_records(n)) & made, node),
             30,
             f"{node.node_id} to apply the sweep",
         )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
 from node.state.commands import MAX_TXN_OPS
@@ -61,6 +62,8 @@ class NodeConfig:
     producer_sweep_slice: int = DEFAULT_SWEEP_SLICE
     audit_dir: Path | None = None
     """Where this node writes consistency-audit exports; None: <data_dir>/audit."""
+    audit_keep: int = DEFAULT_KEEP
+    audit_keep_age_seconds: float = DEFAULT_KEEP_AGE_SECONDS
 
     @property
     def audit_path(self) -> Path:
@@ -147,6 +150,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "a local directory or a shared volume (RKV_AUDIT_DIR, default <data-dir>/audit)",
     )
     add(
+        "--audit-keep",
+        help="how many of its newest consistency-audit exports a node keeps; older ones "
+        f"are deleted (RKV_AUDIT_KEEP, {DEFAULT_KEEP})",
+    )
+    add(
+        "--audit-keep-age",
+        help="seconds after which an audit export is deleted even if among the newest; "
+        f"0: no age limit (RKV_AUDIT_KEEP_AGE, {DEFAULT_KEEP_AGE_SECONDS:g} = 24 h)",
+    )
+    add(
         "--transfer-rate",
         help="bytes per second this node sends to a member catching up (a snapshot "
         "download or a log range); 0: unlimited (RKV_TRANSFER_RATE, 64 MiB)",
@@ -217,6 +230,19 @@ def _positive_float(text: str | None, what: str, default: float) -> float:
         raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
     if value <= 0:
         raise ConfigError(f"{what} must be positive, not {text!r}")
+    return value
+
+
+def _seconds_or_zero(text: str | None, what: str, default: float) -> float:
+    """A number of seconds, 0 meaning no limit."""
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"{what} must be 0 (no limit) or positive, not {text!r}")
     return value
 
 
@@ -374,6 +400,10 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         "--transfer-idle-timeout",
         DEFAULT_TRANSFER_IDLE_TIMEOUT,
     )
+    audit_keep = _positive_int(_value(args, env, "audit_keep"), "--audit-keep", DEFAULT_KEEP)
+    audit_keep_age = _seconds_or_zero(
+        _value(args, env, "audit_keep_age"), "--audit-keep-age", DEFAULT_KEEP_AGE_SECONDS
+    )
     audit_text = _value(args, env, "audit_dir")
     audit_dir = data_dir / AUDIT_DIR if not audit_text else Path(audit_text)
     return NodeConfig(
@@ -399,6 +429,8 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         max_producers=max_producers,
         producer_sweep_slice=producer_sweep_slice,
         audit_dir=audit_dir,
+        audit_keep=audit_keep,
+        audit_keep_age_seconds=audit_keep_age,
         transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,
     )

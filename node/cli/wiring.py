@@ -13,6 +13,7 @@ import sys
 
 from http_api.server import HttpServer
 from node.audit.jobs import AuditExporter
+from node.audit.retention import RetentionPolicy
 from node.cli.join import Discovery, Member, announce
 from node.cli.settings import NodeConfig
 from node.errors import RequestError
@@ -39,7 +40,12 @@ async def serve(
         functools.partial(catch_up, idle_timeout=config.transfer_idle_timeout),
     )
     # Set before raft starts: an audit entry applied at start-up is exported too.
-    exporter = AuditExporter(config.audit_path, config.node_id, storage.commit_log)
+    exporter = AuditExporter(
+        config.audit_path,
+        config.node_id,
+        storage.commit_log,
+        RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
+    )
     machine.audit_hook = exporter.hook
     try:
         await consensus.start()
@@ -87,7 +93,10 @@ async def serve(
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
         )
-        audits = AuditService(consensus, storage.store, exporter)
+        audits = AuditService(
+            consensus, storage.store, exporter, stall_timeout=config.transfer_idle_timeout
+        )
+        pruner = asyncio.create_task(prune_audit_exports(exporter))
         http = HttpServer(
             service, config.http_host, config.http_port, audits, config.http_idle_timeout
         )
@@ -114,6 +123,7 @@ async def serve(
             logger.info("node %s stopping", config.node_id)
             background.cancel()
             sweeper.cancel()
+            pruner.cancel()
             if joining is not None:
                 joining.cancel()
             await http.stop()
@@ -139,6 +149,18 @@ async def sweep_producers(service: KvService, interval: float) -> None:
             continue
         if expired:
             logger.info("expired the state of %d idle producers", expired)
+
+
+async def prune_audit_exports(exporter: AuditExporter) -> None:
+    """At start-up (a deletion a crash interrupted) and now and then: delete the audit
+    exports beyond the retention; the age limit needs this when no audit starts."""
+    age = exporter.retention.keep_age_seconds
+    interval = min(3600.0, max(1.0, age / 4)) if age else 3600.0
+    while True:
+        deleted = await asyncio.to_thread(exporter.prune)
+        if deleted:
+            logger.info("deleted %d audit exports past the retention", len(deleted))
+        await asyncio.sleep(interval)
 
 
 def run_node(config: NodeConfig, discovery: Discovery | None = None) -> None:

@@ -19,6 +19,7 @@ from node.errors import (
     Forbidden,
     InvalidRequest,
     KeyNotFound,
+    LimitReached,
     NodeNotReady,
     NotApplied,
     NotLeader,
@@ -26,7 +27,6 @@ from node.errors import (
     PayloadTooLarge,
     RequestError,
     RequestTimeout,
-    TooManyRequests,
     TransferExpired,
     Unavailable,
     UnknownOutcome,
@@ -42,7 +42,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (VersionConflict, 412),
     (Conflict, 409),
     (PayloadTooLarge, 413),
-    (TooManyRequests, 429),
+    (LimitReached, 429),
     (Forbidden, 403),
     (RequestTimeout, 408),
     (NotLeader, 307),
@@ -87,7 +87,7 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
             headers["Location"] = error.leader_url.rstrip("/") + path_qs
     if error.duplicate:
         headers["Rkv-Duplicate"] = "true"
-    if isinstance(error, Unavailable | TooManyRequests) and error.retry_after is not None:
+    if isinstance(error, Unavailable | LimitReached) and error.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(error.retry_after)))
     return json_response(body, status, **headers)
 

@@ -27,7 +27,8 @@ _ERROR_TEXT = {
     "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
     "membership_change_in_progress, member_exists, address_in_use, last_member or "
     "member_is_leader, member_unreachable (the new member does not answer on its raft "
-    "address under the cluster secret). Audits: audit_exists",
+    "address under the cluster secret). Audits: audit_exists, audit_running (an audit is "
+    "still being exported on the leader: start another once it is done)",
     410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "
@@ -35,6 +36,10 @@ _ERROR_TEXT = {
     "by default, and at most); txn_result_too_large: a txn's get ops would return more "
     "keys and values than the node's --max-txn-result-bytes (8 MiB by default; the txn "
     "wrote nothing)",
+    429: "A limit is reached; the code names it: too_many_producers (--max-producers; "
+    "room is freed as idle producers expire), too_many_watches_per_address "
+    "(--max-watches-per-address), too_many_connections_per_address "
+    "(--max-connections-per-address)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "

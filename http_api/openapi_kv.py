@@ -184,7 +184,9 @@ def _producers() -> dict[str, Any]:
         f"{WINDOW} sequences gets the original answer again with Rkv-Duplicate: true. "
         "With a transactional_id seen before, the answer keeps that producer id with "
         "the next epoch, which fences every older epoch (409 producer_fenced). A "
-        "producer idle past its expiry is forgotten (409 unknown_producer).",
+        "producer idle past its expiry is forgotten (409 unknown_producer). A new "
+        "producer past the cluster's --max-producers is refused with 429 "
+        "too_many_producers; a new epoch of a live transactional id never is.",
         "requestBody": {
             "required": False,
             "content": {
@@ -193,7 +195,7 @@ def _producers() -> dict[str, Any]:
         },
         "responses": {
             "200": json_content({"$ref": "#/components/schemas/Producer"}, "Initialised"),
-            **errors(400, 503),
+            **errors(400, 429, 503),
         },
     }
 

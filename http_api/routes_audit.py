@@ -10,7 +10,11 @@
 - ``GET /v1/audit/{id}/files/{name}``: a file of a finished export: one its
   manifest lists, or ``manifest.json``; 404 otherwise (``audit_not_finished``,
   ``audit_file_not_found``). Names are matched against the manifest, never
-  joined to a path as given.
+  joined to a path as given. While it is sent (and for a grace period after),
+  retention does not delete the export (node/audit/retention.py); a client
+  that reads nothing for the node's --transfer-idle-timeout is cut off.
+- ``POST /v1/audit`` while the leader still exports an earlier audit: 409
+  ``audit_running``.
 
 A node built without an audit service (tests) answers 503.
 """
@@ -19,18 +23,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
+import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from aiohttp import web
 
 from http_api.bodies import read_body, read_json
 from http_api.errors import json_response
-from node.errors import AuditExportFailed, InvalidRequest, Unavailable
+from http_api.streaming import write_or_give_up
+from node.errors import AuditExportFailed, InvalidRequest, KeyNotFound, Unavailable
 from node.service.audit import AuditStarted
 from node.service.types import RUNNING, AuditStatus
 
 _BODY = '{"audit_id"?: string, "buckets"?: integer}'
+_CHUNK_BYTES = 1024 * 1024
+
+logger = logging.getLogger(__name__)
 
 
 class AuditApi(Protocol):
@@ -41,6 +52,11 @@ class AuditApi(Protocol):
     def status(self, audit_id: str) -> AuditStatus: ...
 
     def file(self, audit_id: str, name: str) -> Path: ...
+
+    def hold(self, audit_id: str) -> AbstractContextManager[None]: ...
+
+    @property
+    def stall_timeout(self) -> float: ...
 
 
 class _NoAudits:
@@ -57,6 +73,13 @@ class _NoAudits:
 
     def file(self, audit_id: str, name: str) -> Path:
         raise self._refuse()
+
+    def hold(self, audit_id: str) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    @property
+    def stall_timeout(self) -> float:
+        return 30.0
 
 
 AUDITS: web.AppKey[AuditApi] = web.AppKey("audits", AuditApi)
@@ -79,6 +102,25 @@ async def _start_body(request: web.Request) -> tuple[str | None, int | None]:
     if buckets is not None and type(buckets) is not int:
         raise InvalidRequest("buckets must be an integer", code="invalid_buckets")
     return audit_id, buckets
+
+
+async def _send(
+    request: web.Request, source: BinaryIO, path: Path, stall_timeout: float
+) -> web.StreamResponse:
+    """Stream an open export file (a deletion meanwhile does not cut it short)."""
+    content_type = "application/json" if path.suffix == ".json" else "application/octet-stream"
+    size = await asyncio.to_thread(lambda: os.fstat(source.fileno()).st_size)
+    response = web.StreamResponse(
+        headers={"Content-Type": content_type, "Content-Length": str(size)}
+    )
+    await response.prepare(request)
+    try:
+        while chunk := await asyncio.to_thread(source.read, _CHUNK_BYTES):
+            await write_or_give_up(request, response, chunk, stall_timeout)
+        await response.write_eof()
+    except ConnectionResetError:
+        logger.info("an audit file download ended early: the client went away")
+    return response
 
 
 def add_routes(app: web.Application, audits: AuditApi | None) -> None:
@@ -105,13 +147,21 @@ def add_routes(app: web.Application, audits: AuditApi | None) -> None:
             raise AuditExportFailed(f"audit {state.audit_id}: {state.error}")
         return json_response(state.manifest)
 
-    async def download(request: web.Request) -> web.FileResponse:
+    async def download(request: web.Request) -> web.StreamResponse:
         audits = request.app[AUDITS]
-        path = await asyncio.to_thread(
-            audits.file, request.match_info["id"], request.match_info["name"]
-        )
-        content_type = "application/json" if path.suffix == ".json" else "application/octet-stream"
-        return web.FileResponse(path, headers={"Content-Type": content_type})
+        audit_id, name = request.match_info["id"], request.match_info["name"]
+        path = await asyncio.to_thread(audits.file, audit_id, name)
+        with audits.hold(audit_id):
+            try:  # deleted between the check and the hold: gone, like any deleted export
+                source = await asyncio.to_thread(open, path, "rb")
+            except FileNotFoundError:
+                raise KeyNotFound(
+                    f"this node has no audit {audit_id}", code="audit_not_found"
+                ) from None
+            try:
+                return await _send(request, source, path, audits.stall_timeout)
+            finally:
+                source.close()
 
     app.router.add_route("POST", "/v1/audit", start)
     app.router.add_route("GET", "/v1/audit/{id}", status)

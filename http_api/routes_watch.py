@@ -52,7 +52,7 @@ from http_api.connections import HttpLimits
 from http_api.encoding import encoding_param, int_param, raw_query
 from http_api.kv_api import KvApi
 from http_api.streaming import write_or_give_up
-from node.errors import NodeNotReady, RequestError, TooManyRequests, Unavailable
+from node.errors import LimitReached, NodeNotReady, RequestError, Unavailable
 from node.service.types import Record, RecordOp
 
 logger = logging.getLogger(__name__)
@@ -237,11 +237,13 @@ def _watch_refusal(ticker: HeadTicker, limits: HttpLimits, address: str) -> Requ
         busy.retry_after = 1.0
         return busy
     if ticker.by_address[address] >= limits.max_watches_per_address:
-        return TooManyRequests(
+        crowded = LimitReached(
             f"{address} holds {ticker.by_address[address]} watches on this node, its "
             "--max-watches-per-address",
             code="too_many_watches_per_address",
         )
+        crowded.retry_after = 1.0
+        return crowded
     return None
 
 

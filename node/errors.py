@@ -23,6 +23,7 @@ for business outcomes inside apply (a failed compare-and-set is a
         ├── VersionConflict           a precondition on the key's version failed
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
         ├── AuditExportFailed         this node's export of an audit failed
+        ├── LimitReached              a bounded resource is full (``code`` names the limit)
         └── Unavailable               the cluster cannot serve it now
             ├── NotApplied            the write was definitely not applied; retry is safe
             ├── UnknownOutcome        the write may or may not have been applied
@@ -136,13 +137,6 @@ class RequestTimeout(RequestError):
     code = "request_timeout"
 
 
-class TooManyRequests(RequestError):
-    """One client holds as much of something as a node lets one client hold (429)."""
-
-    code = "too_many_requests"
-    retry_after = 1.0
-
-
 class KeyNotFound(RequestError):
     code = "not_found"
 
@@ -166,6 +160,14 @@ class AuditExportFailed(RequestError):
     The cut cannot be taken again: run a new audit."""
 
     code = "audit_export_failed"
+
+
+class LimitReached(RequestError):
+    """A resource the cluster bounds by a setting is full (``too_many_producers``);
+    the ``code`` names the limit. A retry helps only once something is freed."""
+
+    code = "limit_reached"
+    retry_after: float | None = None
 
 
 class NotLeader(RequestError):

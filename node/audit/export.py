@@ -65,8 +65,15 @@ For audit id A (``[A-Za-z0-9._-]{1,64}``, not "." or "..") on node N (its
     file order: the key's length (4 bytes, big-endian), the key, its version
     (8 bytes, big-endian) and the SHA-256 of its value (32 bytes).
 ``error.json``
-    Only when the export failed: ``{"code", "message"}``. Not part of an
-    export; ``GET /v1/audit/{A}`` reports it.
+    Only when the export failed: ``{"code", "message"}`` (code
+    ``audit_export_failed``, or ``audit_running`` for a cut this node skipped
+    because another export was running). Not part of an export;
+    ``GET /v1/audit/{A}`` reports it.
+
+Each node deletes its own older export directories (node/audit/retention.py):
+it first renames ``<A>/<N>/`` into ``<audit_dir>/~deleting/<N>/`` (``~`` starts
+no audit id), then removes it, so a directory under its own name with a
+manifest is always a complete export. Readers must not look into ``~deleting``.
 
 Writing streams chunk by chunk (1000 keys or 4 MiB of values, one log batch of
 1 MiB): memory never holds the state. Progress is logged every 2 s.

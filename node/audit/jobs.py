@@ -25,6 +25,18 @@ deadlock with an export.
 Status survives restarts through the files: a directory with ``manifest.json``
 is done, with ``error.json`` failed, with neither and no running job
 interrupted (the node stopped while writing it; the cut cannot be taken again).
+
+One export at a time: a cut applied while another export still runs on this
+node is not exported; it is recorded as failed (``error.json`` with code
+``audit_running``), so that a loop of audits never runs several full copies of
+the state at once on one node. The leader refuses to start an audit while its
+own export runs (node/service/audit.py), so this happens only to a node slower
+than the leader, or after a leader change.
+
+Old exports are deleted by the retention of node/audit/retention.py:
+:meth:`AuditExporter.prune` runs when an export starts (before it writes) and
+now and then (node/cli/wiring.py); a running export and one being downloaded
+(:meth:`AuditExporter.hold`) are never deleted.
 """
 
 from __future__ import annotations
@@ -32,6 +44,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +62,15 @@ from node.audit.export import (
     write_log,
     write_state,
 )
+from node.audit.retention import (
+    Downloads,
+    RetentionPolicy,
+    beyond_retention,
+    empty_trash,
+    move_to_trash,
+    own_exports,
+    remove_moved,
+)
 from node.errors import AuditExportFailed, ExportInterrupted, KeyNotFound
 from node.state.commands import audit_id_problem
 from node.storage.commit_log import CommitLog
@@ -58,6 +81,8 @@ logger = logging.getLogger(__name__)
 RUNNING = "running"
 DONE = "done"
 FAILED = "failed"
+AUDIT_RUNNING = "audit_running"
+"""The code of a cut refused because another export was running (error.json, HTTP)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +112,23 @@ class _Job:
 class AuditExporter:
     """Writes this node's exports under ``audit_dir`` as node ``replica``."""
 
-    def __init__(self, audit_dir: Path, replica: str, log: CommitLog) -> None:
+    def __init__(
+        self,
+        audit_dir: Path,
+        replica: str,
+        log: CommitLog,
+        retention: RetentionPolicy | None = None,
+    ) -> None:
         self.audit_dir = audit_dir
         self.replica = replica
+        self.retention = RetentionPolicy() if retention is None else retention
         self._log = log
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self._failures: dict[str, str] = {}
         self._stopping = threading.Event()
+        self._downloads = Downloads()
+        self._pruning = threading.Lock()
 
     # -- the apply thread ---------------------------------------------------------
 
@@ -110,6 +144,14 @@ class AuditExporter:
                 else f"the node id {self.replica!r} cannot name a directory",
             )
             return
+        running = self.running()  # only this (the apply) thread adds jobs
+        if running:
+            view.close()
+            if audit_id in running:
+                logger.warning("audit %s: already being exported; this cut is ignored", audit_id)
+            else:
+                self._refuse(audit_id, running[0])
+            return
         holds_log = self._log.rewriting.acquire(blocking=False)
         job = _Job(
             audit_id,
@@ -120,14 +162,8 @@ class AuditExporter:
             holds_log,
         )
         with self._lock:
-            duplicate = audit_id in self._jobs
-            if not duplicate:
-                self._jobs[audit_id] = job
-                self._failures.pop(audit_id, None)
-        if duplicate:
-            self._release(job)
-            logger.warning("audit %s: already being exported; this cut is ignored", audit_id)
-            return
+            self._jobs[audit_id] = job
+            self._failures.pop(audit_id, None)
         job.thread = threading.Thread(
             target=self._run, args=(job,), name=f"audit-{audit_id}", daemon=True
         )
@@ -138,6 +174,38 @@ class AuditExporter:
                 self._jobs.pop(audit_id, None)
             self._release(job)
             raise
+
+    def _refuse(self, audit_id: str, running: str) -> None:
+        """Record that the cut of ``audit_id`` is not exported: ``running`` still is."""
+        message = (
+            f"not exported: audit {running} was still being exported on this node, which "
+            "writes one export at a time; run a new audit once it is done"
+        )
+        logger.warning("audit %s: %s", audit_id, message)
+        with self._lock:
+            self._failures[audit_id] = message
+        directory = export_directory(self.audit_dir, audit_id, self.replica)
+        # The files off the apply thread: mkdir and an fsynced error.json.
+        threading.Thread(
+            target=self._record_refusal,
+            args=(audit_id, directory, message),
+            name=f"audit-{audit_id}-refused",
+            daemon=True,
+        ).start()
+
+    def _record_refusal(self, audit_id: str, directory: Path, message: str) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+            write_json_atomically(
+                directory, ERROR_NAME, {"code": AUDIT_RUNNING, "message": message}
+            )
+        except OSError as error:  # an id used before, a full disk: the status is in memory
+            logger.warning("audit %s: cannot record the refusal: %s", audit_id, error)
+
+    def running(self) -> list[str]:
+        """The audits this node is exporting now (at most one)."""
+        with self._lock:
+            return list(self._jobs)
 
     # -- the worker ---------------------------------------------------------------
 
@@ -154,6 +222,7 @@ class AuditExporter:
                     job.directory,
                 )
                 return
+            self.prune()  # room for this export first; a running one is never deleted
             self._export(job, started)
         except Exception as exc:
             self._fail(job, exc)
@@ -290,6 +359,45 @@ class AuditExporter:
                 f"audit {audit_id} has no file {name!r:.100}", code="audit_file_not_found"
             )
         return path
+
+    # -- retention ----------------------------------------------------------------------
+
+    def hold(self, audit_id: str) -> AbstractContextManager[None]:
+        """While the block runs (a download), and for a grace period after, retention
+        leaves the export of ``audit_id`` alone."""
+        return self._downloads.hold(audit_id)
+
+    def prune(self) -> list[str]:
+        """Delete this node's exports beyond the retention (see node/audit/retention.py),
+        never a running or held one; the audit ids deleted. Never raises for an I/O
+        error (logged; the next pass tries again)."""
+        with self._pruning:  # one pass at a time (the timer and an export's start)
+            try:
+                return list(self._prune())
+            except OSError as error:
+                logger.warning("audit exports: retention pass failed: %s", error)
+                return []
+
+    def _prune(self) -> Iterator[str]:
+        empty_trash(self.audit_dir, self.replica)
+        exports = own_exports(self.audit_dir, self.replica)
+        doomed = beyond_retention(
+            exports, self.retention, time.time_ns(), set(self.running()) | self._downloads.held()
+        )
+        for export in doomed:
+            with self._lock:  # checked again: a download may have started since
+                if export.audit_id in self._jobs or export.audit_id in self._downloads.held():
+                    continue
+                moved = move_to_trash(self.audit_dir, export.audit_id, self.replica)
+                self._failures.pop(export.audit_id, None)
+            remove_moved(self.audit_dir, export.audit_id, moved)
+            logger.info(
+                "audit %s: export deleted (retention: the %d newest, younger than %gs)",
+                export.audit_id,
+                self.retention.keep,
+                self.retention.keep_age_seconds,
+            )
+            yield export.audit_id
 
     # -- shutdown ---------------------------------------------------------------------
 

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
 from node.state.commands import MAX_TXN_OPS
-from node.state.producers import DEFAULT_EXPIRY_MS
+from node.state.producers import DEFAULT_EXPIRY_MS, DEFAULT_MAX_PRODUCERS, DEFAULT_SWEEP_SLICE
 from node.storage.compaction import CompactionPolicy
 from node.storage.compactor import CompactionTriggers
 from node.storage.config import DEFAULT_RESULTS_CACHE_BYTES, FsyncPolicy, StorageConfig
@@ -69,8 +70,12 @@ class NodeConfig:
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
     join_url: str | None = None
     producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
+    max_producers: int = DEFAULT_MAX_PRODUCERS
+    producer_sweep_slice: int = DEFAULT_SWEEP_SLICE
     audit_dir: Path | None = None
     """Where this node writes consistency-audit exports; None: <data_dir>/audit."""
+    audit_keep: int = DEFAULT_KEEP
+    audit_keep_age_seconds: float = DEFAULT_KEEP_AGE_SECONDS
 
     @property
     def audit_path(self) -> Path:
@@ -142,9 +147,29 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "(RKV_PRODUCER_EXPIRY, 604800 = 7 days)",
     )
     add(
+        "--max-producers",
+        help="most idempotent producers the cluster holds; POST /v1/producers past it "
+        f"answers 429 too_many_producers (RKV_MAX_PRODUCERS, {DEFAULT_MAX_PRODUCERS})",
+    )
+    add(
+        "--producer-sweep-slice",
+        help="most producers one raft entry of the expiry sweep looks at "
+        f"(RKV_PRODUCER_SWEEP_SLICE, {DEFAULT_SWEEP_SLICE})",
+    )
+    add(
         "--audit-dir",
         help="where consistency-audit exports are written, <audit-dir>/<audit id>/<node id>/: "
         "a local directory or a shared volume (RKV_AUDIT_DIR, default <data-dir>/audit)",
+    )
+    add(
+        "--audit-keep",
+        help="how many of its newest consistency-audit exports a node keeps; older ones "
+        f"are deleted (RKV_AUDIT_KEEP, {DEFAULT_KEEP})",
+    )
+    add(
+        "--audit-keep-age",
+        help="seconds after which an audit export is deleted even if among the newest; "
+        f"0: no age limit (RKV_AUDIT_KEEP_AGE, {DEFAULT_KEEP_AGE_SECONDS:g} = 24 h)",
     )
     add(
         "--transfer-rate",
@@ -248,6 +273,19 @@ def _positive_float(text: str | None, what: str, default: float) -> float:
         raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
     if value <= 0:
         raise ConfigError(f"{what} must be positive, not {text!r}")
+    return value
+
+
+def _seconds_or_zero(text: str | None, what: str, default: float) -> float:
+    """A number of seconds, 0 meaning no limit."""
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"{what} must be 0 (no limit) or positive, not {text!r}")
     return value
 
 
@@ -377,6 +415,12 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     producer_expiry = _positive_float(
         _value(args, env, "producer_expiry"), "--producer-expiry", DEFAULT_EXPIRY_MS / 1000
     )
+    max_producers = _positive_int(
+        _value(args, env, "max_producers"), "--max-producers", DEFAULT_MAX_PRODUCERS
+    )
+    producer_sweep_slice = _positive_int(
+        _value(args, env, "producer_sweep_slice"), "--producer-sweep-slice", DEFAULT_SWEEP_SLICE
+    )
     http_idle_timeout = _positive_float(
         _value(args, env, "http_idle_timeout"), "--http-idle-timeout", DEFAULT_HTTP_IDLE_TIMEOUT
     )
@@ -421,6 +465,10 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         "--transfer-idle-timeout",
         DEFAULT_TRANSFER_IDLE_TIMEOUT,
     )
+    audit_keep = _positive_int(_value(args, env, "audit_keep"), "--audit-keep", DEFAULT_KEEP)
+    audit_keep_age = _seconds_or_zero(
+        _value(args, env, "audit_keep_age"), "--audit-keep-age", DEFAULT_KEEP_AGE_SECONDS
+    )
     audit_text = _value(args, env, "audit_dir")
     audit_dir = data_dir / AUDIT_DIR if not audit_text else Path(audit_text)
     return NodeConfig(
@@ -449,7 +497,11 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         max_txn_result_bytes=max_txn_result_bytes,
         join_url=join_url,
         producer_expiry_seconds=producer_expiry,
+        max_producers=max_producers,
+        producer_sweep_slice=producer_sweep_slice,
         audit_dir=audit_dir,
+        audit_keep=audit_keep,
+        audit_keep_age_seconds=audit_keep_age,
         transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,
     )

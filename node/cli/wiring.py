@@ -16,6 +16,7 @@ import sys
 from http_api.connections import HttpLimits
 from http_api.server import HttpServer
 from node.audit.jobs import AuditExporter
+from node.audit.retention import RetentionPolicy
 from node.cli.join import Discovery, Member, announce
 from node.cli.settings import NodeConfig
 from node.errors import RequestError
@@ -42,7 +43,12 @@ async def serve(
         functools.partial(catch_up, idle_timeout=config.transfer_idle_timeout),
     )
     # Set before raft starts: an audit entry applied at start-up is exported too.
-    exporter = AuditExporter(config.audit_path, config.node_id, storage.commit_log)
+    exporter = AuditExporter(
+        config.audit_path,
+        config.node_id,
+        storage.commit_log,
+        RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
+    )
     machine.audit_hook = exporter.hook
     try:
         await consensus.start()
@@ -79,6 +85,9 @@ async def serve(
             log=storage.commit_log,
             watch_keepalive=config.watch_keepalive,
             producer_expiry_ms=int(config.producer_expiry_seconds * 1000),
+            max_producers=config.max_producers,
+            producer_sweep_slice=config.producer_sweep_slice,
+            producer_count=machine.known_producer_count,
             transfer_rate_bytes=config.transfer_rate_bytes,
             max_txn_ops=config.max_txn_ops,
             max_page_bytes=config.max_page_bytes,
@@ -89,7 +98,10 @@ async def serve(
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
         )
-        audits = AuditService(consensus, storage.store, exporter)
+        audits = AuditService(
+            consensus, storage.store, exporter, stall_timeout=config.transfer_idle_timeout
+        )
+        pruner = asyncio.create_task(prune_audit_exports(exporter))
         limits = HttpLimits(
             max_connections=config.max_connections,
             max_per_address=config.max_connections_per_address,
@@ -122,6 +134,7 @@ async def serve(
             logger.info("node %s stopping", config.node_id)
             background.cancel()
             sweeper.cancel()
+            pruner.cancel()
             if joining is not None:
                 joining.cancel()
             await http.stop()
@@ -181,6 +194,18 @@ def _raise_open_files_limit(config: NodeConfig) -> None:
             config.max_connections,
             _FILES_BESIDE_CONNECTIONS,
         )
+
+
+async def prune_audit_exports(exporter: AuditExporter) -> None:
+    """At start-up (a deletion a crash interrupted) and now and then: delete the audit
+    exports beyond the retention; the age limit needs this when no audit starts."""
+    age = exporter.retention.keep_age_seconds
+    interval = min(3600.0, max(1.0, age / 4)) if age else 3600.0
+    while True:
+        deleted = await asyncio.to_thread(exporter.prune)
+        if deleted:
+            logger.info("deleted %d audit exports past the retention", len(deleted))
+        await asyncio.sleep(interval)
 
 
 def run_node(config: NodeConfig, discovery: Discovery | None = None) -> None:

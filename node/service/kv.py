@@ -23,7 +23,7 @@ import enum
 import re
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,6 +33,7 @@ from node.errors import (
     Forbidden,
     InvalidRequest,
     KeyNotFound,
+    LimitReached,
     NodeNotReady,
     NotLeader,
     PayloadTooLarge,
@@ -58,7 +59,13 @@ from node.state.commands import (
     Put,
     Txn,
 )
-from node.state.producers import DEFAULT_EXPIRY_MS, ProducerTag
+from node.state.producers import (
+    DEFAULT_EXPIRY_MS,
+    DEFAULT_MAX_PRODUCERS,
+    DEFAULT_SWEEP_SLICE,
+    ProducerTag,
+    transactional_key,
+)
 from node.state.results import CommandResult, ResultCode
 from node.storage.commit_log import CommitLog
 from node.storage.compaction import CompactionResult
@@ -171,6 +178,8 @@ def _result_error(result: CommandResult) -> RequestError:
         return PayloadTooLarge(result.message)
     if code is ResultCode.TXN_TOO_LARGE or code is ResultCode.TXN_RESULT_TOO_LARGE:
         return PayloadTooLarge(result.message, code=code.value)
+    if code is ResultCode.TOO_MANY_PRODUCERS:
+        return LimitReached(result.message, code=code.value)
     if code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
         return InvalidRequest(result.message, code=code.value)
     if code in _CONFLICTS:
@@ -192,6 +201,9 @@ class KvService:
         read_wait_timeout: float = 5.0,
         watch_keepalive: float = DEFAULT_WATCH_KEEPALIVE,
         producer_expiry_ms: int = DEFAULT_EXPIRY_MS,
+        max_producers: int = DEFAULT_MAX_PRODUCERS,
+        producer_sweep_slice: int = DEFAULT_SWEEP_SLICE,
+        producer_count: Callable[[], int | None] = lambda: None,
         transfer_rate_bytes: int = 0,
         transfer_hold_seconds: float = DEFAULT_HOLD_SECONDS,
         max_txn_ops: int = MAX_TXN_OPS,
@@ -203,6 +215,9 @@ class KvService:
         self._member_url_changes = member_url_changes
         self._stall_timeout = stall_timeout
         self._producer_expiry_ms = producer_expiry_ms
+        self._max_producers = max_producers
+        self._producer_sweep_slice = producer_sweep_slice
+        self._producer_count = producer_count
         self._transfer_rate_bytes = transfer_rate_bytes
         self._held = HeldViews(transfer_hold_seconds)
         self._watch_keepalive = watch_keepalive
@@ -310,26 +325,55 @@ class KvService:
         return await self._consensus.propose(command)
 
     async def init_producer(self, transactional_id: str | None) -> CommandResult:
-        """Allocate a producer, or fence the older epochs of ``transactional_id``'s."""
+        """Allocate a producer, or fence the older epochs of ``transactional_id``'s.
+
+        Refused with ``too_many_producers`` (LimitReached) when the cluster holds
+        ``max_producers`` already: here, before proposing, when this node knows the
+        count (and the id is not one it knows, whose re-init may bump an epoch), and
+        in any case by the state machine, with the limit the entry carries."""
         if transactional_id is not None and not (
             0 < len(transactional_id.encode()) <= MAX_TRANSACTIONAL_ID_BYTES
         ):
             raise InvalidRequest(
                 f"transactional_id must be 1 to {MAX_TRANSACTIONAL_ID_BYTES} bytes of UTF-8"
             )
+        count = self._producer_count()
+        if (
+            count is not None
+            and count >= self._max_producers
+            and (
+                transactional_id is None
+                or self._store.get(transactional_key(transactional_id)) is None
+            )
+        ):
+            raise LimitReached(
+                f"the cluster holds {count} producers, its limit (--max-producers "
+                f"{self._max_producers}); idle ones are dropped after their expiry",
+                code=ResultCode.TOO_MANY_PRODUCERS.value,
+            )
         result = await self._consensus.propose(
-            InitProducer(transactional_id, self._producer_expiry_ms)
+            InitProducer(transactional_id, self._producer_expiry_ms, self._max_producers)
         )
         if result.code is ResultCode.OK:
             return result
         raise result_error(result)
 
     async def expire_producers(self) -> int:
-        """On the leader: drop the state of producers idle past their expiry; how many."""
-        if not self._consensus.is_leader():
-            return 0
-        result = await self._consensus.propose(ExpireProducers())
-        return int(result.value or b"0") if result.code is ResultCode.OK else 0
+        """On the leader: drop the state of producers idle past their expiry, one raft
+        entry per slice of ``producer_sweep_slice`` producers; how many."""
+        expired = 0
+        after: int | None = None
+        while self._consensus.is_leader():
+            result = await self._consensus.propose(
+                ExpireProducers(after, self._producer_sweep_slice)
+            )
+            if result.code is not ResultCode.OK:
+                break
+            expired += int(result.value or b"0")
+            if not result.producer_id:
+                break  # the sweep reached the last producer
+            after = result.producer_id
+        return expired
 
     # -- reads --------------------------------------------------------------------
 

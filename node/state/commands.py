@@ -15,8 +15,10 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_REMOVE_MEMBER, node_id]
             | [TAG_INCR, key, by] | [TAG_APPEND, key, suffix]
             | [TAG_INIT_PRODUCER, transactional_id | nil, expiry_ms]
+            | [TAG_INIT_PRODUCER, transactional_id | nil, expiry_ms, max_producers]
             | [TAG_PRODUCED, producer_id, epoch, sequence, command]
             | [TAG_EXPIRE_PRODUCERS]
+            | [TAG_EXPIRE_PRODUCERS, after_producer_id | nil, limit]
             | [TAG_AUDIT_CUT, audit_id, [split_point, ...]]
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
@@ -60,22 +62,33 @@ travel in the command because replicas may diverge: every node must cut its
 key range at the same places. Encoding checks all of it (ValueError), decoding
 too (EntryDecodeError).
 
+Producer limits: an :class:`InitProducer` of four fields carries the most
+producers the cluster may hold (the proposing leader's ``--max-producers``): a
+new producer past it is refused with ``too_many_producers``. The three-field
+form, which journals written before the limit hold, has no limit. An
+:class:`ExpireProducers` of three fields is one slice of the expiry sweep: it
+looks at no more than ``limit`` producers, in key order, after the one whose
+id is ``after_producer_id`` (nil: from the first). The one-field form, in older
+journals, sweeps every producer in one entry, as it always did.
+
 Tags and the format byte are part of the on-disk raft journal: never reuse or
-renumber them; add new tags instead.
+renumber them, and never change what an existing form means; add new tags (or,
+as above, longer forms of a command) instead.
 
 Format versions. An entry is written with the lowest format that can hold it,
-so a cluster in a rolling upgrade keeps working until a newer feature is used:
+so a cluster in a rolling upgrade keeps working until a newer form is used:
 
-- 1: everything above but a txn's fifth field.
-- 2: a txn may carry ``max_result_bytes`` (the most bytes its get ops may
-  return, decided by the proposing node's ``--max-txn-result-bytes``). It
-  travels in the entry because the refusal changes what the txn writes (it
-  writes nothing): every replica must decide it with the same number, and a
-  txn written before the field existed replays unbounded, as it ran.
+- 1: the forms above but the three below.
+- 2: a txn's fifth field ``max_result_bytes`` (the most bytes its get ops may
+  return, the proposing node's ``--max-txn-result-bytes``), an init
+  producer's fourth field ``max_producers`` and the three-field expiry slice.
+  Each travels in the entry because it changes what the command writes: every
+  replica must decide it with the same number, and a command written before
+  the field existed replays as it first ran.
 
 A node refuses an entry of a format above :data:`FORMAT_VERSION`
-(:class:`UnsupportedEntryVersion`), so upgrade the followers first and the
-leader last (docs/OPERATIONS.md).
+(:class:`UnsupportedEntryVersion`) and stalls on it instead of skipping it,
+so upgrade the followers first and the leader last (docs/OPERATIONS.md).
 """
 
 from __future__ import annotations
@@ -305,15 +318,24 @@ class Append(NamedTuple):
 class InitProducer(NamedTuple):
     """Allocate an idempotent producer, or bump the epoch of the one registered
     under ``transactional_id`` (fencing its older epoch). ``expiry_ms`` is how long
-    the producer may stay idle; carried in the entry so every replica agrees."""
+    the producer may stay idle, ``max_producers`` how many producers the cluster
+    may hold (None: no limit, the form of older journals); both carried in the
+    entry so every replica decides the same."""
 
     transactional_id: str | None
     expiry_ms: int
+    max_producers: int | None = None
 
 
 class ExpireProducers(NamedTuple):
     """Delete the state of producers idle past their expiry (the leader proposes it
-    now and then; each replica decides with the entry's timestamp)."""
+    now and then; each replica decides with the entry's timestamp). With ``limit``,
+    one slice of the sweep: at most ``limit`` producers looked at, after the one
+    whose id is ``after`` (None: from the first). Without, every producer (the form
+    of older journals)."""
+
+    after: int | None = None
+    limit: int | None = None
 
 
 class AuditCut(NamedTuple):
@@ -426,7 +448,15 @@ def _encode_command(command: Command) -> list[Any]:
     if isinstance(command, Append):
         return [TAG_APPEND, command.key, command.suffix]
     if isinstance(command, InitProducer):
-        return [TAG_INIT_PRODUCER, command.transactional_id, command.expiry_ms]
+        if command.max_producers is None:
+            return [TAG_INIT_PRODUCER, command.transactional_id, command.expiry_ms]
+        _check_count(command.max_producers, "max_producers")
+        return [
+            TAG_INIT_PRODUCER,
+            command.transactional_id,
+            command.expiry_ms,
+            command.max_producers,
+        ]
     if isinstance(command, Produced):
         if isinstance(command.command, Produced):
             raise ValueError("a produced command cannot wrap another one")
@@ -441,7 +471,16 @@ def _encode_command(command: Command) -> list[Any]:
             _encode_command(command.command),
         ]
     if isinstance(command, ExpireProducers):
-        return [TAG_EXPIRE_PRODUCERS]
+        if command.limit is None:
+            if command.after is not None:
+                raise ValueError("an expiry slice that starts after a producer needs a limit")
+            return [TAG_EXPIRE_PRODUCERS]
+        _check_count(command.limit, "an expiry slice's limit")
+        if command.after is not None and (
+            type(command.after) is not int or not 0 <= command.after <= INT64_MAX
+        ):
+            raise ValueError(f"an expiry slice starts after a producer id, not {command.after!r}")
+        return [TAG_EXPIRE_PRODUCERS, command.after, command.limit]
     if isinstance(command, AuditCut):
         problem = audit_id_problem(command.audit_id) or split_points_problem(command.split_points)
         if problem is not None:
@@ -453,6 +492,11 @@ def _encode_command(command: Command) -> list[Any]:
 def _check_int64(number: int) -> None:
     if type(number) is not int or not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"an increment must be a signed 64-bit integer, not {number!r:.40}")
+
+
+def _check_count(number: int, what: str) -> None:
+    if type(number) is not int or not 1 <= number <= INT64_MAX:
+        raise ValueError(f"{what} must be a positive integer, not {number!r:.40}")
 
 
 def _str(value: Any, what: str) -> str:
@@ -477,6 +521,10 @@ def _format_of(batch: Batch) -> int:
     for command in batch.commands:
         inner = command.command if isinstance(command, Produced) else command
         if isinstance(inner, Txn) and inner.max_result_bytes is not None:
+            return 2
+        if isinstance(inner, InitProducer) and inner.max_producers is not None:
+            return 2
+        if isinstance(inner, ExpireProducers) and inner.limit is not None:
             return 2
     return 1
 
@@ -562,6 +610,12 @@ def _uint(value: Any, what: str) -> int:
     return value
 
 
+def _positive(value: Any, what: str) -> int:
+    if type(value) is not int or not 1 <= value <= INT64_MAX:
+        raise EntryDecodeError(f"{what} must be an integer in 1..{INT64_MAX}, not {value!r:.40}")
+    return value
+
+
 def _decode_produced(raw: list[Any]) -> Produced:
     inner = _decode_command(raw[4])
     if not isinstance(inner, Put | Delete | Txn | Incr | Append):
@@ -605,13 +659,17 @@ def _decode_command(raw: Any) -> Command:
         return Incr(_bytes(raw[1], "key"), _int64(raw[2]))
     if tag == TAG_APPEND and len(raw) == 3:
         return Append(_bytes(raw[1], "key"), _bytes(raw[2], "suffix"))
-    if tag == TAG_INIT_PRODUCER and len(raw) == 3:
+    if tag == TAG_INIT_PRODUCER and len(raw) in (3, 4):
         tid = None if raw[1] is None else _str(raw[1], "transactional id")
-        return InitProducer(tid, _uint(raw[2], "producer expiry"))
+        limit = None if len(raw) == 3 else _positive(raw[3], "max producers")
+        return InitProducer(tid, _uint(raw[2], "producer expiry"), limit)
     if tag == TAG_PRODUCED and len(raw) == 5:
         return _decode_produced(raw)
     if tag == TAG_EXPIRE_PRODUCERS and len(raw) == 1:
         return ExpireProducers()
+    if tag == TAG_EXPIRE_PRODUCERS and len(raw) == 3:
+        after = None if raw[1] is None else _uint(raw[1], "expiry slice start")
+        return ExpireProducers(after, _positive(raw[2], "expiry slice limit"))
     if tag == TAG_AUDIT_CUT and len(raw) == 3:
         return _decode_audit(raw)
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")

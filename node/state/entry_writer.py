@@ -7,6 +7,11 @@ savepoint lets a transaction whose op fails half-way (an increment of a
 non-integer) take back what it decided, so a txn has an effect whole or not
 at all.
 
+It also keeps count of the producers' state records (for ``--max-producers``):
+how many the state held before the entry (given by the state machine when it
+knows, else counted from the view on first need) plus those this entry created,
+minus those it deleted.
+
 The plain put/delete path of :mod:`node.state.machine` inlines this logic
 for speed; everything else goes through here.
 """
@@ -15,7 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from node.state.producers import ProducerState, decode_state, encode_state, producer_key
+from node.state.producers import (
+    PRODUCERS_PREFIX,
+    ProducerState,
+    decode_state,
+    encode_state,
+    producer_key,
+)
 from node.storage.lmdb_store import ReadView, StoredValue
 from node.storage.record import Record, RecordOp
 
@@ -33,11 +44,13 @@ class EntryWriter:
     __slots__ = (
         "_known_producers",
         "_loaded_producers",
+        "_producer_base",
         "_savepoint",
         "dirty_producers",
         "flushed_producers",
         "offset",
         "pending",
+        "producer_delta",
         "producers",
         "raft_index",
         "records",
@@ -52,6 +65,8 @@ class EntryWriter:
         offset: int,
         view: ReadView,
         known_producers: dict[int, tuple[int, ProducerState]] | None = None,
+        *,
+        producer_count: int | None = None,
     ) -> None:
         self.raft_index = raft_index
         self.timestamp_ms = timestamp_ms
@@ -65,6 +80,8 @@ class EntryWriter:
         self._known_producers = known_producers or {}
         self._loaded_producers: dict[int, StoredValue | None] = {}
         self._savepoint: Savepoint | None = None
+        self._producer_base = producer_count
+        self.producer_delta = 0
 
     def current(self, key: bytes) -> StoredValue | None:
         pending = self.pending
@@ -140,14 +157,28 @@ class EntryWriter:
             self.producers[producer_id] = state
         return self.producers[producer_id]
 
+    def producer_count(self) -> int:
+        """How many producers' state records the state holds at this point of the entry."""
+        if self._producer_base is None:
+            self._producer_base = self.view.count_prefix(PRODUCERS_PREFIX)
+        return self._producer_base + self.producer_delta
+
+    def producer_count_after(self) -> int | None:
+        """:meth:`producer_count` if it is known without counting, else None."""
+        return None if self._producer_base is None else self._producer_base + self.producer_delta
+
     def set_producer(self, producer_id: int, state: ProducerState | None) -> None:
         """Write the producer's state now (init, expiry)."""
         key = producer_key(producer_id)
         self.producers[producer_id] = state
         self.dirty_producers.discard(producer_id)
+        current = self.current(key)
         if state is not None:
-            self.put(key, encode_state(state), self.current(key))
-        elif self.current(key) is not None:
+            if current is None:
+                self.producer_delta += 1
+            self.put(key, encode_state(state), current)
+        elif current is not None:
+            self.producer_delta -= 1
             self.delete(key)
 
     def flush_producers(self) -> None:

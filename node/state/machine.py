@@ -108,6 +108,11 @@ class StateMachine:
         self._results_cache_bytes = results_cache_bytes
         # Producer states decoded by earlier entries: id -> (record version, state).
         self._producers: dict[int, tuple[int, ProducerState]] = {}
+        # How many producers' state records LMDB holds, valid while the store's applied
+        # index is _producer_count_index (a state install or a replay outside apply
+        # moves it: the count is then taken again from LMDB when next needed).
+        self._producer_count: int | None = None
+        self._producer_count_index = -1
         self._audits: list[AuditCut] = []
         self.audit_hook: AuditHook | None = None
         """Set by the composition root; see the module docs."""
@@ -127,6 +132,13 @@ class StateMachine:
     @property
     def applied_offset(self) -> int:
         return self._store.applied_offset
+
+    def known_producer_count(self) -> int | None:
+        """How many producers' state records the applied state holds, when this
+        process knows it without counting (it counts when an entry first needs it);
+        for a check before proposing. Any thread."""
+        count = self._producer_count
+        return count if self._producer_count_index == self._store.applied_index else None
 
     def apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
         """Apply one raft entry; an index at or below the applied one changes nothing.
@@ -171,12 +183,19 @@ class StateMachine:
             records: list[Record] = []
             changes: list[Change] = []
             flushed: dict[int, tuple[int, ProducerState]] = {}
+            producer_count = self.known_producer_count()
         else:
             with self._store.reader() as view:
-                results, records, changes, flushed = self._decide(raft_index, batch, view)
+                results, writer = self._decide(raft_index, batch, view)
+            records = writer.records
+            changes = list(writer.pending.items())
+            flushed = writer.flushed_producers
+            producer_count = writer.producer_count_after()
         self._log.append(records)
         applied_offset = records[-1].offset if records else self._store.applied_offset
         self._store.write(changes, raft_index, applied_offset)
+        self._producer_count = producer_count
+        self._producer_count_index = raft_index
         self._remember(raft_index, results)
         if flushed:
             self._remember_producers(flushed)
@@ -227,20 +246,21 @@ class StateMachine:
 
     def _decide(
         self, raft_index: int, batch: Batch, view: ReadView
-    ) -> tuple[
-        tuple[CommandResult, ...],
-        list[Record],
-        list[Change],
-        dict[int, tuple[int, ProducerState]],
-    ]:
+    ) -> tuple[tuple[CommandResult, ...], EntryWriter]:
+        """Decide every command of ``batch``: its results, and the writer holding the
+        records, changes and producer states."""
         writer = EntryWriter(
-            raft_index, batch.timestamp_ms, self._log.next_offset, view, self._producers
+            raft_index,
+            batch.timestamp_ms,
+            self._log.next_offset,
+            view,
+            self._producers,
+            producer_count=self.known_producer_count(),
         )
-        results = self._decide_commands(writer, batch.commands)
+        results = tuple(self._decide_commands(writer, batch.commands))
         if writer.dirty_producers:
             writer.flush_producers()
-        changes = list(writer.pending.items())
-        return tuple(results), writer.records, changes, writer.flushed_producers
+        return results, writer
 
     def _decide_commands(
         self, writer: EntryWriter, commands: Sequence[Command]
@@ -312,7 +332,7 @@ class StateMachine:
         if isinstance(command, InitProducer):
             return decide_init(writer, command)
         if isinstance(command, ExpireProducers):
-            return decide_expire(writer)
+            return decide_expire(writer, command)
         if isinstance(command, SetMember | RemoveMember):
             return decide_member(writer, command)
         if isinstance(command, AuditCut):

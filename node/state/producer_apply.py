@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from node.state.commands import InitProducer, Produced, ProducibleCommand
+from node.state.commands import ExpireProducers, InitProducer, Produced, ProducibleCommand
 from node.state.entry_writer import EntryWriter
 from node.state.producers import (
     PRODUCERS_PREFIX,
     ProducerState,
     admit,
+    producer_key,
     transactional_key,
 )
 from node.state.results import CommandResult, ResultCode
@@ -25,7 +26,11 @@ def decide_init(writer: EntryWriter, command: InitProducer) -> CommandResult:
     """A new producer (its id is the offset of its first state record), or, for a
     known transactional id, the same id with the next epoch: every older epoch is
     fenced from this entry on, writes already in flight included. A transactional
-    id whose producer expired starts over with a new producer, as if it were gone."""
+    id whose producer expired starts over with a new producer, as if it were gone.
+
+    A new producer is refused (``too_many_producers``, nothing written) when the
+    state already holds ``command.max_producers`` producers' records, expired ones
+    not yet swept included; an epoch bump of a live producer never is."""
     now = writer.timestamp_ms
     tid = command.transactional_id
     if tid is not None:
@@ -42,6 +47,13 @@ def decide_init(writer: EntryWriter, command: InitProducer) -> CommandResult:
                     producer_id=producer_id,
                     epoch=bumped.epoch,
                 )
+    limit = command.max_producers
+    if limit is not None and writer.producer_count() >= limit:
+        return CommandResult(
+            ResultCode.TOO_MANY_PRODUCERS,
+            message=f"the cluster holds {writer.producer_count()} producers, its limit "
+            f"(--max-producers {limit}); idle ones are dropped after their expiry",
+        )
     producer_id = writer.offset
     writer.set_producer(producer_id, ProducerState(0, tid, command.expiry_ms, now))
     if tid is not None:
@@ -50,19 +62,33 @@ def decide_init(writer: EntryWriter, command: InitProducer) -> CommandResult:
     return CommandResult(ResultCode.OK, version=writer.offset - 1, producer_id=producer_id, epoch=0)
 
 
-def decide_expire(writer: EntryWriter) -> CommandResult:
-    """Delete every producer idle past its own expiry, as of the entry's timestamp."""
+def decide_expire(writer: EntryWriter, command: ExpireProducers) -> CommandResult:
+    """Delete the producers idle past their own expiry, as of the entry's timestamp:
+    every one (the form without a limit, in older journals), or one slice of the
+    sweep: the next ``command.limit`` producers' records in key order after
+    ``command.after``'s (the state before this entry's commands, like the full
+    sweep). A slice that looked at ``limit`` records answers the last one's id in
+    ``producer_id`` (where the next slice starts), otherwise 0: the sweep is done."""
     now = writer.timestamp_ms
     expired: list[int] = []
-    after: bytes | None = None
+    after = None if command.after is None else producer_key(command.after)
+    remaining = command.limit
+    last_seen = 0
     while True:
-        page = writer.view.scan(PRODUCERS_PREFIX, after, _SCAN_PAGE, include_internal=True)
+        page_size = _SCAN_PAGE if remaining is None else min(_SCAN_PAGE, remaining)
+        page = writer.view.scan(PRODUCERS_PREFIX, after, page_size, include_internal=True)
         for key, _ in page:
             producer_id = int(key[len(PRODUCERS_PREFIX) :])
+            last_seen = producer_id
             state = writer.producer(producer_id)
             if state is not None and state.expired(now):
                 expired.append(producer_id)
-        if len(page) < _SCAN_PAGE:
+        if remaining is not None:
+            remaining -= len(page)
+        if len(page) < page_size:
+            last_seen = 0  # the end of the producers: nothing follows
+            break
+        if remaining == 0:
             break
         after = page[-1][0]
     for producer_id in expired:
@@ -74,7 +100,12 @@ def decide_expire(writer: EntryWriter) -> CommandResult:
             mapped = writer.current(key)
             if mapped is not None and mapped.value == str(producer_id).encode():
                 writer.delete(key)
-    return CommandResult(ResultCode.OK, version=writer.offset - 1, value=b"%d" % len(expired))
+    return CommandResult(
+        ResultCode.OK,
+        version=writer.offset - 1,
+        value=b"%d" % len(expired),
+        producer_id=0 if command.limit is None else last_seen,
+    )
 
 
 def decide_produced(

@@ -40,6 +40,10 @@ PRODUCER_IDS_PREFIX = RESERVED_PREFIX + b"producer-ids/"
 WINDOW = 5  # at most 15: encode_state relies on msgpack fixarrays
 """How many recent results a producer keeps (Kafka keeps 5 in-flight batches)."""
 DEFAULT_EXPIRY_MS = 7 * 24 * 3600 * 1000
+DEFAULT_MAX_PRODUCERS = 100_000
+"""The most producers a cluster holds (``--max-producers``); carried in each init entry."""
+DEFAULT_SWEEP_SLICE = 1000
+"""The most producers one expiry entry looks at (``--producer-sweep-slice``)."""
 MAX_CACHED_VALUE_BYTES = 64 * 1024
 """A remembered txn result whose ``get`` values exceed this keeps them out (see
 :func:`_cacheable`): the state record is rewritten on every write."""

@@ -29,6 +29,7 @@ class ResultCode(enum.Enum):
     PRODUCER_FENCED = "producer_fenced"
     OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
     DUPLICATE_SEQUENCE_TOO_OLD = "duplicate_sequence_too_old"
+    TOO_MANY_PRODUCERS = "too_many_producers"
     # Reported by the raft layer, never by apply: the node is stalled (its state
     # is known to miss entries) and applies nothing.
     NODE_STALLED = "node_stalled"
@@ -83,8 +84,11 @@ class CommandResult(NamedTuple):
 
     ``value`` is, for an incr, the new integer and, for an append, the new
     length, both as decimal text; for an audit snapshot, the raft index of
-    its entry (where every replica cuts). An init producer sets ``producer_id`` and
-    ``epoch``. ``duplicate`` marks the cached result of an idempotent
+    its entry (where every replica cuts); for a producer expiry sweep, how many
+    producers it expired. An init producer sets ``producer_id`` and ``epoch``; a
+    slice of the expiry sweep sets ``producer_id`` to the last producer it looked
+    at when more may follow (the next slice starts after it), 0 when it reached the
+    end. ``duplicate`` marks the cached result of an idempotent
     producer's sequence that was applied before (nothing was applied again).
     """
 

@@ -272,6 +272,21 @@ class ReadView:
         for stored_key in cursor.iternext(keys=True, values=False):
             yield cast(bytes, stored_key)
 
+    def count_prefix(self, prefix: bytes) -> int:
+        """How many keys start with ``prefix`` (at most 495 bytes, so that LMDB's
+        order keeps them together), reading keys only."""
+        if len(prefix) > LONG_KEY_PREFIX:
+            raise ValueError(f"a counted prefix is at most {LONG_KEY_PREFIX} bytes")
+        cursor = self._txn.cursor(db=self._data)
+        if not cursor.set_range(prefix):
+            return 0
+        count = 0
+        for key in cursor.iternext(values=False):
+            if not cast(bytes, key).startswith(prefix):
+                break
+            count += 1
+        return count
+
     def count(self, include_internal: bool = False) -> int:
         total: int = self._txn.stat(self._data)["entries"]
         if include_internal:

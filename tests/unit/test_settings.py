@@ -33,6 +33,17 @@ def test_flags_make_a_config_with_defaults() -> None:
     assert config.secret == b"s" * 32
     assert (config.max_txn_ops, config.http_idle_timeout) == (10_000, 60.0)
     assert config.compaction_triggers.min_dirty_ratio == 0.5
+    assert (config.max_producers, config.producer_sweep_slice) == (100_000, 1000)
+    assert (config.audit_keep, config.audit_keep_age_seconds) == (3, 86400.0)
+
+
+def test_limits_of_producers_and_audit_exports() -> None:
+    config = parse(
+        [*BASE, "--max-producers", "5", "--audit-keep-age", "0"],
+        {**SECRET, "RKV_PRODUCER_SWEEP_SLICE": "7", "RKV_AUDIT_KEEP": "1"},
+    )
+    assert (config.max_producers, config.producer_sweep_slice) == (5, 7)
+    assert (config.audit_keep, config.audit_keep_age_seconds) == (1, 0.0)
 
 
 def test_environment_variables_fill_in_and_flags_win() -> None:
@@ -72,6 +83,11 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         ([*BASE, "--http-idle-timeout", "0"], SECRET, "--http-idle-timeout must be positive"),
         ([*BASE, "--compaction-min-dirty-ratio", "2"], SECRET, "must be from 0 to 1"),
         ([*BASE, "--max-txn-result-bytes", "1052671"], SECRET, "one get of the largest"),
+        ([*BASE, "--max-producers", "0"], SECRET, "--max-producers must be a positive"),
+        ([*BASE, "--producer-sweep-slice", "x"], SECRET, "--producer-sweep-slice must be"),
+        ([*BASE, "--audit-keep", "0"], SECRET, "--audit-keep must be a positive"),
+        ([*BASE, "--audit-keep-age", "-1"], SECRET, "--audit-keep-age must be 0"),
+        ([*BASE, "--audit-keep-age", "day"], SECRET, "--audit-keep-age must be a number"),
         (BASE, {}, "a cluster secret is required"),
         (BASE, {"RKV_CLUSTER_SECRET": "short"}, "at least 16 bytes"),
         ([*BASE, "--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),

@@ -25,11 +25,17 @@ SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 MIN_BODY_LIMIT = 16 * 1024 * 1024
 
 
+def body_limit(max_value_bytes: int) -> int:
+    """The largest request body the API reads: so the most keys and values one
+    write (one raft command) can carry."""
+    return max(MIN_BODY_LIMIT, 2 * max_value_bytes + 65536)
+
+
 def build_app(service: KvApi, audits: AuditApi | None = None) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
     app = web.Application(
         middlewares=[error_middleware],
-        client_max_size=max(MIN_BODY_LIMIT, 2 * service.max_value_bytes + 65536),
+        client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
     routes_kv.add_routes(app, SERVICE)

@@ -19,8 +19,9 @@ changes what a peer that does not hold the cluster secret can do to a node:
   cap (the listener accepts one connection per tick);
 - a handshake that fails is logged on both sides as a likely wrong secret: the
   accepting node when the first frame does not decrypt (raft/wire.py), the
-  dialing node when the peer closes the connection before answering. All such
-  lines go through one :class:`~raft.log_throttle.ThrottledLog`.
+  dialing node when the peer closes the connection (an orderly close, not the
+  reset of a dying process) before answering. All such lines go through one
+  :class:`~raft.log_throttle.ThrottledLog`.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]
             conn.dialed
             and conn.handshake_started is not None
             and not conn.authenticated
-            and conn.closed_reason is None
+            and conn.closed_by_peer
             and self._connToNode(conn) in self._nodes
         ):
             self._rkv_log.report(

@@ -76,6 +76,7 @@ class GuardedConnection(TcpConnection):  # type: ignore[misc]
         self.authenticated = False
         self.handshake_started: float | None = None if dialed else self.opened_at
         self.closed_reason: str | None = None
+        self.closed_by_peer = False
         super().__init__(poller, **kwargs)
 
     # -- dialing ---------------------------------------------------------------------
@@ -86,6 +87,7 @@ class GuardedConnection(TcpConnection):  # type: ignore[misc]
         self.authenticated = False
         self.handshake_started = None
         self.closed_reason = None
+        self.closed_by_peer = False
         try:
             connecting: bool = super().connect(host, port)
         except OSError as exc:  # no file descriptor left (EMFILE), no memory...
@@ -119,6 +121,9 @@ class GuardedConnection(TcpConnection):  # type: ignore[misc]
                 self.disconnect()
             return False
         if not incoming or sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            # An orderly close (FIN), as a peer that read our frame and refused it
+            # closes; a peer whose process died resets the connection instead.
+            self.closed_by_peer = not incoming
             self.disconnect()
             return False
         buffer = self._inbox()

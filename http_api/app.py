@@ -17,13 +17,10 @@ from http_api import (
 from http_api.connections import LIMITS, HttpLimits, request_bounds
 from http_api.errors import error_middleware
 from http_api.kv_api import KvApi
+from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
 
 SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
-
-# Bodies beyond this are refused with 413 before they are read whole. A
-# transaction may carry many values, so the cap is above the value limit.
-MIN_BODY_LIMIT = 16 * 1024 * 1024
 
 
 def build_app(
@@ -32,7 +29,7 @@ def build_app(
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
     app = web.Application(
         middlewares=[request_bounds, error_middleware],
-        client_max_size=max(MIN_BODY_LIMIT, 2 * service.max_value_bytes + 65536),
+        client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
     app[LIMITS] = limits or HttpLimits()

@@ -15,5 +15,8 @@ The only package that imports pysyncobj. What it adds to pysyncobj, and why
 - group commit on the asyncio side: concurrent proposals become one entry,
   in-flight proposals are bounded, every wait has a timeout;
 - the raft port requires the cluster secret (pysyncobj's Fernet encryption)
-  unless the node runs in explicit insecure dev mode.
+  unless the node runs in explicit insecure dev mode, and bounds what a peer
+  without it can make the node hold or do (transport.py, wire.py,
+  listener.py): frames by their announced length, connections by a handshake
+  deadline and count, accept() errors without closing the port.
 """

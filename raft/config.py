@@ -16,6 +16,52 @@ class Member:
     http_url: str
 
 
+# The raft port (raft/transport.py, raft/wire.py).
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+DEFAULT_MAX_HANDSHAKES = 32
+_BATCH_BYTES = 64 * 1024  # pysyncobj's appendEntriesBatchSizeBytes (its default, kept)
+_FRAME_SLACK = 1024 * 1024
+
+
+def frame_bytes_needed(largest_entry_bytes: int) -> int:
+    """The frame limit that lets an entry carrying ``largest_entry_bytes`` of keys
+    and values reach the followers.
+
+    pysyncobj sends a leader's entries in batches: entries while they add up to
+    less than 64 KiB, plus the one that crosses it, in one frame; only an entry
+    that is alone and larger is cut into 64 KiB chunks. So a large entry can ride
+    whole after a few small ones. Its frame holds the entry pickled twice
+    (protocol 2, bytes >= 0x80 grow), compressed (which takes most of that back)
+    and encrypted (base64: 4/3): measured at 1.9x the entry's bytes for random
+    values, 0.01x for text. Twice the entry, plus the batch before it and a
+    margin, bounds it."""
+    return 2 * largest_entry_bytes + _BATCH_BYTES + _FRAME_SLACK
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    """Bounds on what a peer, or a stranger, can make the raft port hold."""
+
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    """The largest frame an authenticated member may send; a larger announced
+    length closes the connection before anything is buffered."""
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    """Seconds a connection has to complete pysyncobj's handshake (the exchange
+    of random keys under the cluster secret, then the member's address)."""
+    max_handshakes: int = DEFAULT_MAX_HANDSHAKES
+    """Accepted connections still in their handshake at once; past it, the
+    oldest is closed."""
+
+    def __post_init__(self) -> None:
+        if self.max_frame_bytes < 1024 * 1024:
+            raise ConfigError("the raft frame limit must be at least 1 MiB")
+        if self.handshake_timeout <= 0:
+            raise ConfigError("the raft handshake timeout must be positive")
+        if self.max_handshakes < 1:
+            raise ConfigError("at least one raft handshake must be allowed at a time")
+
+
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
     self_member: Member
@@ -49,6 +95,7 @@ class RaftConfig:
     # Joining a running cluster (rkv node --join): stand for no election until a
     # leader has been heard from (this node is not a member yet).
     joining: bool = False
+    transport: TransportLimits = field(default_factory=TransportLimits)
     members: tuple[Member, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,3 +124,9 @@ class RaftConfig:
             raise ConfigError("proposal_timeout must be positive")
         if self.secret is not None and len(self.secret) < 16:
             raise ConfigError("the cluster secret must be at least 16 bytes")
+        needed = frame_bytes_needed(self.max_entry_bytes)
+        if self.transport.max_frame_bytes < needed:
+            raise ConfigError(
+                f"the raft frame limit ({self.transport.max_frame_bytes} bytes) must be at "
+                f"least {needed} bytes for entries of {self.max_entry_bytes} bytes"
+            )

@@ -146,6 +146,7 @@ class RaftConsensus:
                 amnesiac=amnesiac,
                 journal_max_bytes=cfg.compaction_max_bytes,
                 holding=self._gap.holding,
+                transport_limits=cfg.transport,
             ),
         )
         if cfg.joining:

@@ -7,11 +7,14 @@ entries do: never add one.
 
 pysyncobj never fsyncs its journal. :class:`DurableTransport` fsyncs it
 before any message that acknowledges entries to the leader, so an entry the
-leader counts as replicated is on the follower's disk.
+leader counts as replicated is on the follower's disk. It is a
+:class:`~raft.transport.GuardedTransport`: the raft port's bounds against
+strangers live there.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -21,10 +24,11 @@ from typing import Any
 import pysyncobj.syncobj as pysyncobj_core
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
-from pysyncobj.transport import TCPTransport
 
+from raft.config import TransportLimits
 from raft.journal import DiskJournal
 from raft.transmission import Transmissions
+from raft.transport import GuardedTransport
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +51,8 @@ def journal_fd(journal: Any) -> int | None:
     return None if file is None else int(file.fileno())
 
 
-class DurableTransport(TCPTransport):  # type: ignore[misc]
-    """pysyncobj's TCP transport, fsyncing the journal before acknowledging entries."""
+class DurableTransport(GuardedTransport):
+    """The raft transport, fsyncing the journal before acknowledging entries."""
 
     def send(self, node: Any, message: Any) -> bool:
         if (
@@ -72,6 +76,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         amnesiac: bool = False,
         journal_max_bytes: int | None = None,
         holding: Callable[[], bool] = lambda: False,
+        transport_limits: TransportLimits | None = None,
     ) -> None:
         # Set before SyncObj.__init__: its thread may replay the journal at once.
         self._rkv_amnesiac = amnesiac
@@ -89,7 +94,10 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             pysyncobj_core.createJournal = lambda path: DiskJournal(path) if path else create(path)
             try:
                 super().__init__(
-                    self_address, partner_addresses, conf, transportClass=DurableTransport
+                    self_address,
+                    partner_addresses,
+                    conf,
+                    transportClass=functools.partial(DurableTransport, limits=transport_limits),
                 )
             finally:
                 pysyncobj_core.createJournal = create

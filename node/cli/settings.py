@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from http_api.request_size import body_limit
 from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
@@ -21,7 +22,15 @@ from node.state.producers import DEFAULT_EXPIRY_MS, DEFAULT_MAX_PRODUCERS, DEFAU
 from node.storage.compaction import CompactionPolicy
 from node.storage.compactor import CompactionTriggers
 from node.storage.config import DEFAULT_RESULTS_CACHE_BYTES, FsyncPolicy, StorageConfig
-from raft.config import Member, RaftConfig
+from raft.config import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_HANDSHAKES,
+    Member,
+    RaftConfig,
+    TransportLimits,
+    frame_bytes_needed,
+)
 
 ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
@@ -128,6 +137,22 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-entry-bytes",
         help="group commit puts no more than this many bytes of keys and values in one raft "
         "entry; a single larger write goes alone (RKV_MAX_ENTRY_BYTES, 4 MiB)",
+    )
+    add(
+        "--max-raft-frame-bytes",
+        help="a raft peer announcing a larger message is disconnected before it is read; "
+        "at least twice the largest entry (RKV_MAX_RAFT_FRAME_BYTES, "
+        f"{DEFAULT_MAX_FRAME_BYTES // 2**20} MiB, more if the entry and value limits need it)",
+    )
+    add(
+        "--raft-handshake-timeout",
+        help="seconds a raft connection has to authenticate with the cluster secret before "
+        f"it is closed (RKV_RAFT_HANDSHAKE_TIMEOUT, {DEFAULT_HANDSHAKE_TIMEOUT:g})",
+    )
+    add(
+        "--max-raft-handshakes",
+        help="accepted raft connections still authenticating at once; a new one past it "
+        f"closes the oldest (RKV_MAX_RAFT_HANDSHAKES, {DEFAULT_MAX_HANDSHAKES})",
     )
     add("--log-level", help="DEBUG, INFO, WARNING (RKV_LOG_LEVEL, INFO)")
     add("--tombstone-retention", help="seconds deletes stay in a compacted log (86400)")
@@ -337,6 +362,38 @@ def _secret(args: argparse.Namespace, env: Mapping[str, str]) -> bytes | None:
     return secret
 
 
+def _transport_limits(
+    args: argparse.Namespace, env: Mapping[str, str], max_entry_bytes: int, max_value_bytes: int
+) -> TransportLimits:
+    # The largest raft entry: a group-committed batch stops at --max-entry-bytes, but
+    # a single write goes alone whatever its size, up to the HTTP body limit.
+    needed = frame_bytes_needed(max(max_entry_bytes, body_limit(max_value_bytes)))
+    max_frame = _positive_int(
+        _value(args, env, "max_raft_frame_bytes"),
+        "--max-raft-frame-bytes",
+        max(DEFAULT_MAX_FRAME_BYTES, needed),
+    )
+    if max_frame < needed:
+        raise ConfigError(
+            f"--max-raft-frame-bytes must be at least {needed} (twice the largest raft entry "
+            "that --max-entry-bytes and --max-value-bytes allow, plus 1 MiB and a batch), "
+            f"not {max_frame}"
+        )
+    return TransportLimits(
+        max_frame_bytes=max_frame,
+        handshake_timeout=_positive_float(
+            _value(args, env, "raft_handshake_timeout"),
+            "--raft-handshake-timeout",
+            DEFAULT_HANDSHAKE_TIMEOUT,
+        ),
+        max_handshakes=_positive_int(
+            _value(args, env, "max_raft_handshakes"),
+            "--max-raft-handshakes",
+            DEFAULT_MAX_HANDSHAKES,
+        ),
+    )
+
+
 def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeConfig:
     env = os.environ if env is None else env
     node_id = _required(_value(args, env, "node_id") or env.get("RKV_ID"), "--id", "ID")
@@ -371,6 +428,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             DEFAULT_RESULTS_CACHE_BYTES,
         ),
     )
+    max_entry_bytes = _positive_int(
+        _value(args, env, "max_entry_bytes"), "--max-entry-bytes", 4 * 2**20
+    )
     me = Member(node_id, raft_text, advertise)
     raft = RaftConfig(
         self_member=me,
@@ -386,10 +446,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         proposal_timeout=_positive_float(
             _value(args, env, "proposal_timeout"), "--proposal-timeout", 5.0
         ),
-        max_entry_bytes=_positive_int(
-            _value(args, env, "max_entry_bytes"), "--max-entry-bytes", 4 * 2**20
-        ),
+        max_entry_bytes=max_entry_bytes,
         joining=join_url is not None,
+        transport=_transport_limits(args, env, max_entry_bytes, max_value),
     )
     level = (_value(args, env, "log_level") or "INFO").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -442,12 +501,13 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     max_page_bytes = _positive_int(
         _value(args, env, "max_page_bytes"), "--max-page-bytes", DEFAULT_MAX_PAGE_BYTES
     )
+    one_get = storage.max_value_bytes + MAX_KEY_BYTES
     max_txn_result_bytes = _positive_int(
         _value(args, env, "max_txn_result_bytes"),
         "--max-txn-result-bytes",
-        DEFAULT_MAX_TXN_RESULT_BYTES,
+        max(DEFAULT_MAX_TXN_RESULT_BYTES, one_get),  # grows with --max-value-bytes
     )
-    if max_txn_result_bytes < storage.max_value_bytes + MAX_KEY_BYTES:
+    if max_txn_result_bytes < one_get:
         raise ConfigError(
             f"--max-txn-result-bytes must be at least --max-value-bytes + {MAX_KEY_BYTES} "
             f"(one get of the largest key and value), not {max_txn_result_bytes}"

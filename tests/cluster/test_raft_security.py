@@ -130,3 +130,18 @@ def test_positive_control_the_payload_runs_code_on_an_insecure_node(
         wait_until(marker_file.exists, 10, "the payload to run on the insecure node")
     finally:
         single.stop()
+
+
+def test_the_raft_port_listens_on_the_raft_listen_address_only(tmp_path: Path) -> None:
+    """--raft-listen 127.0.0.1:P binds that address, not every interface (pysyncobj binds
+    0.0.0.0 unless told otherwise): the port must not be reachable at another address of
+    the machine, here 127.0.0.2 (all of 127/8 reaches this host)."""
+    single = LocalCluster(tmp_path / "one", size=1)
+    node = single.nodes[0]
+    try:
+        single.start()
+        socket.create_connection(("127.0.0.1", node.raft_port), timeout=5).close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", node.raft_port), timeout=5).close()
+    finally:
+        single.stop()

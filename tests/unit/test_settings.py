@@ -9,6 +9,7 @@ import pytest
 
 from node.cli.settings import NodeConfig, add_node_arguments, node_config
 from node.errors import ConfigError
+from raft.config import TransportLimits
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> NodeConfig:
@@ -88,6 +89,9 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         ([*BASE, "--audit-keep", "0"], SECRET, "--audit-keep must be a positive"),
         ([*BASE, "--audit-keep-age", "-1"], SECRET, "--audit-keep-age must be 0"),
         ([*BASE, "--audit-keep-age", "day"], SECRET, "--audit-keep-age must be a number"),
+        ([*BASE, "--max-raft-frame-bytes", "1048576"], SECRET, "must be at least 34668544"),
+        ([*BASE, "--raft-handshake-timeout", "0"], SECRET, "--raft-handshake-timeout must be"),
+        ([*BASE, "--max-raft-handshakes", "0"], SECRET, "--max-raft-handshakes must be a pos"),
         (BASE, {}, "a cluster secret is required"),
         (BASE, {"RKV_CLUSTER_SECRET": "short"}, "at least 16 bytes"),
         ([*BASE, "--secret-file", "/nonexistent/secret"], {}, "cannot read the secret file"),
@@ -98,6 +102,24 @@ def test_bad_configuration_is_a_clear_error(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         parse(argv, env)
+
+
+def test_raft_port_limits_have_defaults_flags_and_variables() -> None:
+    assert parse(BASE, SECRET).raft.transport == TransportLimits(64 * 2**20, 5.0, 32)
+    env = {**SECRET, "RKV_RAFT_HANDSHAKE_TIMEOUT": "2.5", "RKV_MAX_RAFT_HANDSHAKES": "8"}
+    limits = parse([*BASE, "--max-raft-frame-bytes", str(40 * 2**20)], env).raft.transport
+    assert limits == TransportLimits(40 * 2**20, 2.5, 8)
+
+
+def test_the_raft_frame_limit_grows_with_the_largest_write_it_must_carry() -> None:
+    # A 64 MiB value makes a body limit of 128 MiB: one write's entry may be that large.
+    config = parse([*BASE, "--max-value-bytes", str(64 * 2**20)], SECRET)
+    assert config.raft.transport.max_frame_bytes >= 2 * (128 * 2**20)
+    with pytest.raises(ConfigError, match="--max-raft-frame-bytes must be at least"):
+        parse(
+            [*BASE, "--max-value-bytes", str(64 * 2**20), "--max-raft-frame-bytes", str(2**27)],
+            SECRET,
+        )
 
 
 def test_insecure_dev_mode_runs_without_a_secret_only_when_asked() -> None:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.redis.resp_client import RespClient
+from tests.redis.resp_client import RespClient, RespError
 from tests.support.cluster import LocalCluster
 
 START_TIMEOUT = 10.0
@@ -79,7 +79,9 @@ def _answers_ping(port: int) -> bool:
             return bool(client.execute("PING") == "PONG")
     except (OSError, ConnectionError):
         return False
-    except Exception:  # e.g. -LOADING while it starts
+    except RespError as error:  # -NOAUTH: up, with --requirepass; -LOADING: not yet
+        return str(error).startswith("NOAUTH")
+    except Exception:
         return False
 
 

@@ -127,11 +127,12 @@ def lzf_repeat(head: bytes, unit: bytes, times: int, tail: bytes) -> bytes:
 
 
 def listpack_bomb(entries: int) -> bytes:
-    """An LZF-compressed listpack of ``entries`` times the integer 5 (two bytes
-    each): about 23 KB per million entries."""
+    """An LZF-compressed listpack of ``entries`` times the integer 42 (two bytes
+    each; decoded, each is a new 2-byte string object): about 23 KB per million
+    entries."""
     total = 6 + 2 * entries + 1
     head = total.to_bytes(4, "little") + min(entries, 65535).to_bytes(2, "little")
-    return lzf_repeat(head, b"\x05\x01", entries, b"\xff")
+    return lzf_repeat(head, b"\x2a\x01", entries, b"\xff")
 
 
 def binary_double(value: float) -> bytes:

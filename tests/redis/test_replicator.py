@@ -14,29 +14,15 @@ import pytest
 from tests.redis.conftest import NODE_MAX_TXN_OPS, RedisServer, run_redis_server
 from tests.redis.replica_support import (
     Replicator,
+    assert_same,
     checkpoint,
-    compare_dumps,
     port_closed,
-    redis_dump,
     rkv_dump,
     start_on_port,
     wait_caught_up,
 )
 from tests.redis.workload import populate, random_workload, send_all
 from tests.support.cluster import LocalCluster, http, wait_until
-
-
-def assert_same(cluster: LocalCluster, server: RedisServer, replicator: Replicator) -> None:
-    with server.client() as client:
-        wait_caught_up(cluster, client, replicator)
-        started = time.monotonic()
-        expected = redis_dump(client)
-    dumped = rkv_dump(cluster)
-    # TTLs count down while the two dumps run
-    slack_ms = int((time.monotonic() - started) * 1000)
-    problems = compare_dumps(dumped, expected, slack_ms)
-    assert not problems, "\n".join(problems[:20]) + "\n" + replicator.output()[-2000:]
-    assert expected  # the comparison compared something
 
 
 @pytest.mark.timeout(300)

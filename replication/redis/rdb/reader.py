@@ -137,7 +137,9 @@ class RdbReader(PayloadBuffer):
         left = self.remaining()
         if left is not None and n > left:
             raise RdbError(f"absurd {what} count {n} (at most {left} possible)", start)
-        self.charge(n * per_element * ELEMENT_BYTES, f"{n} {what}s", start)
+        self._left -= n * per_element * ELEMENT_BYTES
+        if self._left < 0:
+            raise self.over_budget(f"{n} {what}s", start)
         return n
 
     # -- strings ------------------------------------------------------------
@@ -196,7 +198,9 @@ class RdbReader(PayloadBuffer):
             raise RdbError(
                 f"LZF: {compressed} compressed bytes cannot expand to {length} bytes", start
             )
-        self.charge(length, f"a compressed string of {length} bytes", start)
+        self._left -= length
+        if self._left < 0:
+            raise self.over_budget(f"a compressed string of {length} bytes", start)
         data = self.read(compressed)
         try:
             return lzf_decompress(data, length)

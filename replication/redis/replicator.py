@@ -13,8 +13,9 @@
    what came before it and stops with the error.
 
 Bounds (each a setting of ``rkv redis-replicate``, see docs/REDIS.md): the
-link refuses a command larger than ``max_command_bytes`` and a backlog on
-disk beyond ``max_spool_bytes``; the RDB parser a key whose value would take
+link refuses a command larger than ``max_command_bytes`` (and the replicator a
+MULTI/EXEC block, held whole until its EXEC) and a backlog on disk beyond
+``max_spool_bytes``; the RDB parser a key whose value would take
 more than ``max_rdb_value_bytes`` once decoded. Crossing one stops the
 replicator (nothing past the last checkpoint is committed). Transactions are
 sized to the node's ``--max-txn-ops``, read from its status at each
@@ -220,6 +221,7 @@ class Replicator:
         self._stream(link, sync, checkpoint)
 
     def _stream(self, link: MasterLink, sync: SyncResult, checkpoint: Checkpoint) -> None:
+        config = self.config
         layout = Layout(self.config.prefix, checkpoint.generation)
         view = BatchView(self.store)
         context = CommandContext(layout=layout, db=checkpoint.db, offset=checkpoint.offset)
@@ -249,6 +251,12 @@ class Replicator:
                     since_mark = []
                 since_mark.append(command)
                 try:
+                    if in_multi and command.end_offset - safe_offset > config.max_command_bytes:
+                        raise ReplicationStop(
+                            f"a MULTI/EXEC block of more than {config.max_command_bytes} bytes "
+                            "(it is held and applied whole, like one command): raise "
+                            "--max-command-bytes if such blocks are legitimate"
+                        )
                     in_multi = self._apply(view, context, command, in_multi)
                     if len(view.pending) > self.store.max_batch_writes:
                         committed = self._apply_alone(

@@ -83,6 +83,35 @@ def test_a_never_ending_bulk_string_stops_the_replicator_in_bounded_memory(
 
 
 @pytest.mark.timeout(300)
+def test_a_multi_block_that_never_ends_stops_the_replicator(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    limit = 64 * 1024
+    with FakeMaster(SEED) as master:
+        replicator = _replicator(
+            master, cluster, tmp_path / "replicator.log", "--max-command-bytes", str(limit)
+        )
+        try:
+            replicator.start()
+            good = encode_command("SELECT", "0") + encode_command("SET", "a", "1")
+            master.send(good)
+            wait_until(
+                lambda: (checkpoint(cluster) or {}).get("offset") == len(good), 60, "the commands"
+            )
+            # MULTI, then commands without writes (held until EXEC) and never an EXEC
+            master.send(encode_command("MULTI") + encode_command("SET", "b", "2"))
+            master.send(encode_command("PUBLISH", "channel", "m" * 100) * 1000)  # 130 kB
+            assert replicator.wait(120) == 1, replicator.output()[-3000:]
+        finally:
+            replicator.stop()
+    output = replicator.output()
+    assert f"a MULTI/EXEC block of more than {limit} bytes" in output, output[-3000:]
+    assert "--max-command-bytes" in output and "Traceback" not in output
+    assert (checkpoint(cluster) or {}).get("offset") == len(good)
+    assert _dumped(cluster) == {"seed": "1", "a": "1"}
+
+
+@pytest.mark.timeout(300)
 def test_a_decompression_bomb_in_the_snapshot_stops_the_full_sync(
     tmp_path: Path, cluster: LocalCluster
 ) -> None:

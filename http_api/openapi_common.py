@@ -32,8 +32,8 @@ _ERROR_TEXT = {
     410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "
-    f"of more compares and ops than the node's --max-txn-ops ({MAX_TXN_OPS} "
-    "by default, and at most); txn_result_too_large: a txn's get ops would return more "
+    "of more compares and ops than the node's --max-txn-ops (1024 by default, at most "
+    f"{MAX_TXN_OPS}); txn_result_too_large: a txn's get ops would return more "
     "keys and values than the node's --max-txn-result-bytes (8 MiB by default; the txn "
     "wrote nothing)",
     429: "A limit is reached; the code names it: too_many_producers (--max-producers; "

@@ -159,8 +159,8 @@ def _txn() -> dict[str, Any]:
         "description": "One raft entry, atomic on every replica: if every compare holds "
         "the success ops run, otherwise the failure ops. An incr or append that fails "
         "(not_an_integer, integer_overflow: 409; a result too large: 413) fails the whole "
-        "transaction with no effect. At most --max-txn-ops ("
-        f"{MAX_TXN_OPS}, the default and the most) compares and ops in all.",
+        "transaction with no effect. At most --max-txn-ops (1024 by default, at most "
+        f"{MAX_TXN_OPS}) compares and ops in all.",
         "parameters": [ENCODING, *PRODUCER],
         "requestBody": {
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Txn"}}}

@@ -12,7 +12,10 @@ def node_paths() -> dict[str, Any]:
     return {
         "/v1/status": {
             "get": {
-                "summary": "Node id, role, leader, term, indexes, members",
+                "summary": "Node id, role, leader, term, indexes, members, limits",
+                "description": "limits: this node's max_txn_ops (--max-txn-ops), "
+                "max_value_bytes (--max-value-bytes) and max_page_bytes (--max-page-bytes), "
+                "so a client can size its requests.",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

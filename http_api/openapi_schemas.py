@@ -64,8 +64,9 @@ def _txn_schemas() -> dict[str, Any]:
     return {
         "Txn": {
             "type": "object",
-            "description": f"At most --max-txn-ops ({MAX_TXN_OPS}, the default and the most) "
-            "compares and ops in all (more: 413 txn_too_large); its get ops return at most "
+            "description": "At most --max-txn-ops (1024 by default, at most "
+            f"{MAX_TXN_OPS}) compares and ops in all (more: 413 txn_too_large); its get ops "
+            "return at most "
             "--max-txn-result-bytes (8 MiB) of keys and values (more: 413 "
             "txn_result_too_large, and nothing is written).",
             "additionalProperties": False,

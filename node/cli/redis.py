@@ -1,24 +1,60 @@
 """`rkv redis-replicate` and `rkv redis-dump` (docs/REDIS.md).
 
 Exit status: 0 stopped on request (SIGINT/SIGTERM) or dump written, 1 the
-replicator stopped on a command it cannot reproduce or another replicator
-owns the prefix, 2 usage error, 3 rkv or Redis unreachable.
+replicator stopped (a command it cannot reproduce, a bound of its settings
+crossed, a snapshot it cannot parse, another replicator owns the prefix),
+2 usage error, 3 rkv or Redis unreachable.
+
+The master's password comes from ``--source-password-file``, else from
+``$RKV_REDIS_PASSWORD``, else from the ``--source`` URL (which every user of
+the machine can read in ``ps``: a warning says so).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import stat
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from node.cli.common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, default_url_help, node_urls
+from node.cli.common import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    default_url_help,
+    node_urls,
+    positive_int,
+)
 
-EXIT_STOPPED = 1  # the replicator stopped: rkv refused a write
+if TYPE_CHECKING:
+    from replication.redis.link.master_link import MasterAddress
+
+EXIT_STOPPED = 1  # the replicator stopped: rkv refused a write, a bound was crossed
+PASSWORD_ENV = "RKV_REDIS_PASSWORD"
+"""The environment variable holding the master's password (when no file is given)."""
+MIB = 1024 * 1024
+# Kept here (not imported) so that `rkv --help` need not import the replicator;
+# tests/unit checks they equal the replicator's own defaults.
+DEFAULT_MAX_COMMAND_BYTES = 64 * MIB
+DEFAULT_MAX_SPOOL_BYTES = 4096 * MIB
+DEFAULT_MAX_RDB_VALUE_BYTES = 256 * MIB
+
+
+def _at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+        return value
+
+    return parse
 
 
 def add_commands(sub: Any) -> None:
@@ -37,14 +73,42 @@ def add_commands(sub: Any) -> None:
         parents=[common],
         help="replicate a Redis master into rkv (poses as a replica; exactly once, resumable)",
     )
-    replicate.add_argument(
-        "--source", required=True, help="the master: redis://[user:password@]host:port"
+    add = replicate.add_argument
+    add(
+        "--source",
+        required=True,
+        help="the master: redis://[user@]host:port (a password in the URL shows in ps: "
+        f"prefer --source-password-file or ${PASSWORD_ENV})",
     )
-    replicate.add_argument(
-        "--spool-dir", default=None, help="where the stream is buffered on disk (a temp dir)"
+    add(
+        "--source-password-file",
+        metavar="PATH",
+        default=None,
+        help=f"file holding the master's password (one line); else ${PASSWORD_ENV}",
     )
-    replicate.add_argument(
-        "--status-interval", type=float, default=5.0, help="seconds between status lines (5)"
+    add("--spool-dir", default=None, help="where the stream is buffered on disk (a temp dir)")
+    add("--status-interval", type=float, default=5.0, help="seconds between status lines (5)")
+    add(
+        "--max-command-bytes",
+        type=_at_least(64 * 1024),
+        default=DEFAULT_MAX_COMMAND_BYTES,
+        help="most bytes one replicated command may take (its arguments plus 64 each); "
+        "a larger one stops the replicator (64 MiB)",
+    )
+    add(
+        "--max-spool-bytes",
+        type=_at_least(MIB),
+        default=DEFAULT_MAX_SPOOL_BYTES,
+        help="most bytes received from the master and not yet processed that may wait "
+        "in --spool-dir; the snapshot's transfer waits, a longer command backlog stops "
+        "the replicator (4 GiB)",
+    )
+    add(
+        "--max-rdb-value-bytes",
+        type=_at_least(MIB),
+        default=DEFAULT_MAX_RDB_VALUE_BYTES,
+        help="most memory one key of the master's snapshot (RDB) may take once decoded "
+        "(its strings plus 64 bytes per element); a bigger one stops the full sync (256 MiB)",
     )
     dumper = sub.add_parser(
         "redis-dump", parents=[common], help="print replicated Redis data as JSON Lines"
@@ -110,19 +174,70 @@ def _dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _read_password_file(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            raw = file.read(64 * 1024 + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read --source-password-file: {exc}") from None
+    if len(raw) > 64 * 1024:
+        raise ValueError(f"--source-password-file {path}: more than 64 KiB, not a password")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"--source-password-file {path}: not UTF-8 text") from None
+    password = text[:-1] if text.endswith("\n") else text
+    password = password[:-1] if password.endswith("\r") else password
+    if not password:
+        raise ValueError(f"--source-password-file {path} is empty")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        _warn(f"--source-password-file {path} can be read by other users (chmod 600 it)")
+    return password
+
+
+def _warn(message: str) -> None:
+    print(f"rkv redis-replicate: warning: {message}", file=sys.stderr, flush=True)
+
+
+def source_address(
+    url: str, password_file: str | None, environ: Mapping[str, str] | None = None
+) -> MasterAddress:
+    """The master's address and login: the password from ``password_file``, else
+    $RKV_REDIS_PASSWORD, else the URL (with a warning: ps shows it). ValueError
+    for a problem (never showing the password)."""
+    from replication.redis.link.master_link import MasterAddress  # noqa: PLC0415
+
+    env = os.environ if environ is None else environ
+    if password_file is not None:
+        return MasterAddress.parse(url, _read_password_file(password_file))
+    if env.get(PASSWORD_ENV):
+        return MasterAddress.parse(url, env[PASSWORD_ENV])
+    address = MasterAddress.parse(url)
+    if address.password is not None:
+        _warn(
+            "the password in --source can be read by every user of this machine (ps, "
+            f"/proc); put it in a file (--source-password-file) or in ${PASSWORD_ENV}"
+        )
+    return address
+
+
 def _replicate(args: argparse.Namespace) -> int:
     from http_api.client import RkvClient  # noqa: PLC0415
     from replication.redis.batch import CheckpointConflict  # noqa: PLC0415
     from replication.redis.commands.dispatch import ReplicationStop  # noqa: PLC0415
-    from replication.redis.link.master_link import MasterAddress, RedisLinkError  # noqa: PLC0415
+    from replication.redis.link.master_link import LimitExceeded, RedisLinkError  # noqa: PLC0415
     from replication.redis.replicator import Replicator, ReplicatorConfig  # noqa: PLC0415
 
     prefix = _prefix(args)
     config = ReplicatorConfig(
-        MasterAddress.parse(args.source),
+        source_address(args.source, args.source_password_file),
         prefix,
         spool_dir=Path(args.spool_dir) if args.spool_dir else None,
         status_interval=args.status_interval,
+        max_command_bytes=args.max_command_bytes,
+        max_spool_bytes=args.max_spool_bytes,
+        max_rdb_value_bytes=args.max_rdb_value_bytes,
     )
     urls = _urls(args)
 
@@ -140,7 +255,7 @@ def _replicate(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         replicator.run()
-    except (ReplicationStop, CheckpointConflict) as exc:
+    except (ReplicationStop, CheckpointConflict, LimitExceeded) as exc:
         print(f"rkv redis-replicate: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
     except RedisLinkError as exc:

@@ -36,9 +36,9 @@ ENV_PREFIX = "RKV_"
 DEFAULT_WATCH_KEEPALIVE = 10.0  # seconds; kept here so `rkv get` need not import the service
 DEFAULT_HTTP_IDLE_TIMEOUT = 60.0  # seconds an idle keep-alive connection stays open
 DEFAULT_MAX_PAGE_BYTES = 4 * 1024 * 1024  # a scan page's keys and values (the first always comes)
-# The state machine's own bound: the Redis replicator's batches (8,000 writes, a big
-# command's ops in one transaction) need it; lower it where no replicator writes.
-DEFAULT_MAX_TXN_OPS = MAX_TXN_OPS
+# etcd's range (128): the Redis replicator sizes its transactions to it (GET /v1/status);
+# raise it, up to the state machine's MAX_TXN_OPS, for Redis commands writing more keys.
+DEFAULT_MAX_TXN_OPS = 1024
 DEFAULT_MAX_TXN_RESULT_BYTES = 8 * 1024 * 1024  # keys and values a txn's gets may return
 DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256
@@ -250,8 +250,8 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--max-txn-ops",
         help="most compares and ops one POST /v1/txn may hold, 1 to "
-        f"{MAX_TXN_OPS} (RKV_MAX_TXN_OPS, {DEFAULT_MAX_TXN_OPS}; the Redis replicator needs "
-        "the default)",
+        f"{MAX_TXN_OPS} (RKV_MAX_TXN_OPS, {DEFAULT_MAX_TXN_OPS}; one Redis command the "
+        "replicator copies must fit in one transaction)",
     )
     add(
         "--max-txn-result-bytes",

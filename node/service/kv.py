@@ -601,6 +601,13 @@ class KvService:
         status["applied_offset"] = self._store.applied_offset
         status["applied_index"] = self._store.applied_index
         status["compaction"] = self._compactor.status()
+        # What one request may hold here, so clients (the Redis replicator) can size
+        # their transactions instead of learning it from a 413.
+        status["limits"] = {
+            "max_txn_ops": self._max_txn_ops,
+            "max_value_bytes": self._max_value_bytes,
+            "max_page_bytes": self._max_page_bytes,
+        }
         return status
 
     # -- replicator checkpoints --------------------------------------------------------

@@ -14,6 +14,14 @@ one sent, which proves it: nothing is applied twice.
 applied through: writes wait in memory (and are what later reads of the same
 batch see) until :meth:`BatchView.commit`; reads of other keys come from a
 bounded cache of committed values, else from rkv.
+
+Transactions fit the node: rkv refuses one holding more compares and ops than
+its ``--max-txn-ops`` (413 ``txn_too_large``). :meth:`RkvStore.learn_limits`
+reads the leader's limit from ``GET /v1/status``; reads, clean-up writes and
+batches are sized within it (a batch counts as full at 80% of it, so a
+command that follows still fits), and a 413 all the same (a leader with a
+lower limit) raises :class:`TxnTooLarge`, which the replicator answers by
+halving its idea of the limit and starting again from its checkpoint.
 """
 
 from __future__ import annotations
@@ -27,17 +35,29 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from http_api.client import RkvClient
-from http_api.client.errors import ClusterUnreachableError, UnavailableError
+from http_api.client.errors import (
+    ClusterUnreachableError,
+    PayloadTooLargeError,
+    UnavailableError,
+)
 from replication.redis.checkpoint import Checkpoint
 
 logger = logging.getLogger(__name__)
 
-MAX_BATCH_OPS = 8000
-"""Writes per transaction (rkv takes 10,000 compares and ops)."""
+RKV_MAX_TXN_OPS = 10_000
+"""The most compares and ops rkv ever takes in one transaction (its state
+machine's bound, and --max-txn-ops's default before nodes said theirs)."""
+TXN_OVERHEAD = 3
+"""What a commit adds to its writes: the compare, the checkpoint put, the failure get."""
+MIN_TXN_OPS = 16
+"""The smallest --max-txn-ops the replicator works with."""
 MAX_BATCH_BYTES = 6 * 1024 * 1024
 """Keys and values per transaction (the JSON body, base64, stays under 16 MiB)."""
 _READS_PER_TXN = 5000
 _SCAN_PAGE = 1000
+CACHE_ENTRIES = 200_000
+CACHE_BYTES = 64 * 1024 * 1024
+"""What a BatchView's cache of committed values may hold (keys and values)."""
 _RETRY_PAUSE = 0.5
 _ABSENT = object()
 
@@ -46,34 +66,68 @@ class CheckpointConflict(Exception):
     """Someone else moved the checkpoint: another replicator runs on this prefix."""
 
 
+class TxnTooLarge(Exception):
+    """rkv refused a transaction for holding more ops than its --max-txn-ops."""
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
 class RkvStore:
-    def __init__(self, client: RkvClient, checkpoint_name: str) -> None:
+    def __init__(
+        self, client: RkvClient, checkpoint_name: str, max_txn_ops: int = RKV_MAX_TXN_OPS
+    ) -> None:
         self.client = client
         self.checkpoint_name = checkpoint_name
+        self.max_txn_ops = max_txn_ops
+        """The most compares and ops a transaction may hold (see the module docstring)."""
+
+    @property
+    def max_batch_writes(self) -> int:
+        """The most writes one commit (with its checkpoint) may hold."""
+        return self.max_txn_ops - TXN_OVERHEAD
+
+    def learn_limits(self) -> int | None:
+        """The leader's --max-txn-ops as its status says it (None: it does not say)."""
+        status = self.client.status()
+        leader = status.get("leader")
+        if isinstance(leader, dict) and isinstance(leader.get("url"), str):
+            status = self.client.status(leader["url"])
+        limits = status.get("limits")
+        value = limits.get("max_txn_ops") if isinstance(limits, dict) else None
+        return value if isinstance(value, int) and value > 0 else None
+
+    def _txn(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.client.txn_raw(body)
+        except PayloadTooLargeError as exc:
+            if exc.code != "txn_too_large":
+                raise
+            size = sum(len(body.get(part, ())) for part in ("compare", "success", "failure"))
+            raise TxnTooLarge(str(exc), size) from exc
 
     def read_checkpoint(self) -> tuple[Checkpoint | None, int]:
         """The checkpoint and its version (0: none), read through the log."""
-        answer = self.client.txn_raw(
-            {"success": [{"op": "get", "checkpoint": self.checkpoint_name}]}
-        )
+        answer = self._txn({"success": [{"op": "get", "checkpoint": self.checkpoint_name}]})
         result = answer["results"][0]
         if not result["found"]:
             return None, 0
         return Checkpoint.decode(base64.b64decode(result["value"])), int(result["version"])
 
     def get_many(self, keys: Iterable[bytes]) -> dict[bytes, bytes | None]:
-        """Linearizable reads of several keys (one transaction per 5,000)."""
+        """Linearizable reads of several keys (one transaction per 5,000, or per
+        --max-txn-ops if lower)."""
         wanted = list(dict.fromkeys(keys))
         found: dict[bytes, bytes | None] = {}
-        for start in range(0, len(wanted), _READS_PER_TXN):
-            chunk = wanted[start : start + _READS_PER_TXN]
-            answer = self.client.txn_raw(
-                {"success": [{"op": "get", "key": _b64(key)} for key in chunk]}
-            )
+        step = min(_READS_PER_TXN, self.max_txn_ops)
+        for start in range(0, len(wanted), step):
+            chunk = wanted[start : start + step]
+            answer = self._txn({"success": [{"op": "get", "key": _b64(key)} for key in chunk]})
             for key, result in zip(chunk, answer["results"], strict=True):
                 found[key] = base64.b64decode(result["value"]) if result["found"] else None
         return found
@@ -91,8 +145,9 @@ class RkvStore:
         """Idempotent writes outside any checkpoint (garbage collection, a load's
         clean-up): plain puts and deletes, no guard."""
         ops = [_op(key, value) for key, value in changes.items()]
-        for start in range(0, len(ops), MAX_BATCH_OPS):
-            self.client.txn_raw({"success": ops[start : start + MAX_BATCH_OPS]})
+        step = self.max_txn_ops
+        for start in range(0, len(ops), step):
+            self._txn({"success": ops[start : start + step]})
 
     def write_guarded(self, changes: dict[bytes, bytes | None], expected_version: int) -> None:
         """Write ``changes`` in one transaction if the checkpoint's version is still
@@ -117,7 +172,7 @@ class RkvStore:
         guard makes a repeat of one that landed harmless)."""
         while True:
             try:
-                return self.client.txn_raw(body)
+                return self._txn(body)
             except (UnavailableError, ClusterUnreachableError) as exc:
                 logger.warning("commit failed or its outcome is unknown (%s); retrying", exc)
                 time.sleep(_RETRY_PAUSE)
@@ -157,10 +212,14 @@ def _op(key: bytes, value: bytes | None) -> dict[str, Any]:
 class BatchView:
     """A View whose writes wait for :meth:`commit` (see the module docstring)."""
 
-    def __init__(self, store: RkvStore, cache_entries: int = 200_000) -> None:
+    def __init__(
+        self, store: RkvStore, cache_entries: int = CACHE_ENTRIES, cache_bytes: int = CACHE_BYTES
+    ) -> None:
         self.store = store
         self._cache: OrderedDict[bytes, bytes | None] = OrderedDict()
         self._cache_entries = cache_entries
+        self._cache_max_bytes = cache_bytes
+        self._cache_bytes = 0
         self.pending: dict[bytes, bytes | None] = {}
         self.pending_bytes = 0
         # Since mark(): each key's pending state before (_ABSENT: it had none).
@@ -230,7 +289,12 @@ class BatchView:
 
     @property
     def full(self) -> bool:
-        return len(self.pending) >= MAX_BATCH_OPS or self.pending_bytes >= MAX_BATCH_BYTES
+        """Time to commit: 80% of what a transaction may hold, so that the writes
+        of the command that follows still fit."""
+        return (
+            len(self.pending) * 5 >= self.store.max_batch_writes * 4
+            or self.pending_bytes >= MAX_BATCH_BYTES
+        )
 
     def commit(self, checkpoint: Checkpoint, expected_version: int) -> int:
         version = self.store.commit(self.pending, checkpoint, expected_version)
@@ -254,10 +318,22 @@ class BatchView:
         self.pending = {}
         self.pending_bytes = 0
         self._cache.clear()
+        self._cache_bytes = 0
 
     def remember(self, key: bytes, value: bytes | None) -> None:
         """Cache a committed value (read elsewhere, e.g. by a scan)."""
-        self._cache[key] = value
-        self._cache.move_to_end(key)
-        if len(self._cache) > self._cache_entries:
-            self._cache.popitem(last=False)
+        cache = self._cache
+        if key in cache:
+            self._cache_bytes -= _cached_size(key, cache[key])
+        cache[key] = value
+        cache.move_to_end(key)
+        self._cache_bytes += _cached_size(key, value)
+        while cache and (
+            len(cache) > self._cache_entries or self._cache_bytes > self._cache_max_bytes
+        ):
+            old_key, old_value = cache.popitem(last=False)
+            self._cache_bytes -= _cached_size(old_key, old_value)
+
+
+def _cached_size(key: bytes, value: bytes | None) -> int:
+    return len(key) + (0 if value is None else len(value))

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -26,7 +26,7 @@ from replication.redis.commands.dispatch import ReplicationStop
 from replication.redis.layout import Layout, generation_root
 from replication.redis.link.master_link import SyncResult
 from replication.redis.objects import StreamValue, write_value
-from replication.redis.rdb import KeyValue, Stream, parse_rdb
+from replication.redis.rdb import Event, KeyValue, RdbError, RdbLimitError, Stream, parse_rdb
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,19 @@ def _value(event: KeyValue) -> Any:
             first_id=(value.first_id.ms, value.first_id.seq),
         )
     return value
+
+
+def _events(sync: SyncResult, max_value_bytes: int) -> Iterator[Event]:
+    assert sync.payload is not None
+    try:
+        yield from parse_rdb(sync.payload, max_value_bytes=max_value_bytes)
+    except RdbLimitError as exc:
+        raise ReplicationStop(
+            f"the master's snapshot (RDB) holds a key too big to load: {exc}; raise "
+            f"--max-rdb-value-bytes (now {max_value_bytes}) if it is legitimate"
+        ) from exc
+    except RdbError as exc:
+        raise ReplicationStop(f"the master's snapshot (RDB) cannot be parsed: {exc}") from exc
 
 
 class _Writers:
@@ -111,9 +124,13 @@ def load_snapshot(
     version: int,
     status: Callable[[str], None],
     make_store: Callable[[], RkvStore],
+    max_value_bytes: int,
 ) -> tuple[Checkpoint, int]:
     """Load ``sync.payload`` into a new generation and switch to it; returns the
-    streaming checkpoint and its version."""
+    streaming checkpoint and its version. A payload that cannot be parsed, or a
+    key whose value would take more than ``max_value_bytes`` once decoded,
+    raises ReplicationStop (the load is abandoned; readers keep the generation
+    they had)."""
     assert sync.payload is not None
     serving = serving_generation(store, prefix)
     generation = max(previous.generation if previous else 0, serving or 0) + 1
@@ -133,7 +150,7 @@ def load_snapshot(
     keys = 0
     with _Writers(make_store, version) as writers:
         view.on_full = lambda: writers.submit(view.take_pending())
-        for event in parse_rdb(sync.payload):
+        for event in _events(sync, max_value_bytes):
             if not isinstance(event, KeyValue):
                 continue
             keys += 1

@@ -11,6 +11,17 @@
 4. A lost connection reconnects (with PSYNC from the checkpoint) after a
    pause; a :class:`ReplicationStop` (a command it cannot reproduce) commits
    what came before it and stops with the error.
+
+Bounds (each a setting of ``rkv redis-replicate``, see docs/REDIS.md): the
+link refuses a command larger than ``max_command_bytes`` (and the replicator a
+MULTI/EXEC block, held whole until its EXEC) and a backlog on disk beyond
+``max_spool_bytes``; the RDB parser a key whose value would take
+more than ``max_rdb_value_bytes`` once decoded. Crossing one stops the
+replicator (nothing past the last checkpoint is committed). Transactions are
+sized to the node's ``--max-txn-ops``, read from its status at each
+connection; a 413 all the same halves that and starts again from the
+checkpoint; one command needing more writes than a transaction holds stops
+the replicator, telling the operator to raise ``--max-txn-ops``.
 """
 
 from __future__ import annotations
@@ -25,11 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from http_api.client import RkvClient
-from replication.redis.batch import BatchView, RkvStore
+from replication.redis.batch import (
+    MIN_TXN_OPS,
+    RKV_MAX_TXN_OPS,
+    TXN_OVERHEAD,
+    BatchView,
+    RkvStore,
+    TxnTooLarge,
+)
 from replication.redis.checkpoint import Checkpoint, checkpoint_name
 from replication.redis.commands.dispatch import CommandContext, ReplicationStop, apply_command
 from replication.redis.layout import Layout
 from replication.redis.link.master_link import (
+    DEFAULT_MAX_COMMAND_BYTES,
+    DEFAULT_MAX_SPOOL_BYTES,
     MasterAddress,
     MasterLink,
     RedisLinkError,
@@ -38,6 +58,7 @@ from replication.redis.link.master_link import (
 )
 from replication.redis.loader import load_snapshot
 from replication.redis.prefetch import prefetch
+from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
 from replication.redis.sweeper import sweep
 
 logger = logging.getLogger(__name__)
@@ -47,10 +68,10 @@ COMMIT_EVERY = 0.05
 IDLE_CHECKPOINT = 1.0
 """Seconds after which an advanced offset with no data (PINGs) is checkpointed."""
 RECONNECT_PAUSE = 1.0
-TXN_WRITES = 9_900
-"""Writes one commit may hold (rkv takes 10,000 compares and ops per transaction)."""
 READ_AHEAD = 2000
-"""Commands read from the link at once, so their keys are fetched in one round trip."""
+"""Commands read from the link at once, so their keys are fetched in one round trip..."""
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+"""... unless they already hold this many bytes of the stream (at least one is read)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,9 @@ class ReplicatorConfig:
     prefix: bytes = b"redis/"
     spool_dir: Path | None = None
     status_interval: float = 5.0
+    max_command_bytes: int = DEFAULT_MAX_COMMAND_BYTES
+    max_spool_bytes: int = DEFAULT_MAX_SPOOL_BYTES
+    max_rdb_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
 
 
 class Replicator:
@@ -82,6 +106,7 @@ class Replicator:
         self._applied = 0
         self._last_status = time.monotonic()
         self._caught_up_at = time.monotonic()
+        self._txn_cap = RKV_MAX_TXN_OPS  # lowered by each 413 txn_too_large
 
     # -- public ---------------------------------------------------------------------
 
@@ -117,6 +142,14 @@ class Replicator:
                             return
                         raise
                     logger.warning("link to %s lost: %s; reconnecting", self.config.source, exc)
+                except TxnTooLarge as exc:
+                    # A node with a lower --max-txn-ops than learned (a new leader):
+                    # smaller transactions, again from the checkpoint.
+                    self._txn_cap = exc.size // 2
+                    self._status(
+                        f"redis-replicate: rkv refused a transaction of {exc.size} ops ({exc}); "
+                        f"starting again from the checkpoint with at most {self._txn_cap}"
+                    )
                 finally:
                     if self._link is not None:
                         self._link.close()
@@ -125,10 +158,31 @@ class Replicator:
 
     # -- one connection -----------------------------------------------------------
 
+    def _learn_txn_limit(self) -> None:
+        """Size transactions to the leader's --max-txn-ops (and below any 413 seen)."""
+        told = self.store.learn_limits()
+        limit = min(told or RKV_MAX_TXN_OPS, self._txn_cap)
+        if limit < MIN_TXN_OPS:
+            raise ReplicationStop(
+                f"rkv takes at most {limit} ops in one transaction (the nodes' --max-txn-ops); "
+                f"the replicator needs at least {MIN_TXN_OPS}: raise --max-txn-ops"
+            )
+        if limit != self.store.max_txn_ops:
+            logger.info("transactions hold at most %d ops (the node's --max-txn-ops)", limit)
+        self.store.max_txn_ops = limit
+
     def _run_link(self, spool: Path) -> None:
+        self._learn_txn_limit()
         checkpoint, self._version = self.store.read_checkpoint()
         self._checkpoint = checkpoint
-        link = MasterLink(self.config.source, spool, self.durable_offset)
+        config = self.config
+        link = MasterLink(
+            config.source,
+            spool,
+            self.durable_offset,
+            max_spool_bytes=config.max_spool_bytes,
+            max_command_bytes=config.max_command_bytes,
+        )
         self._link = link
         with self._lock:
             self._durable = None
@@ -148,7 +202,10 @@ class Replicator:
                 checkpoint,
                 version=self._version,
                 status=self._status,
-                make_store=lambda: RkvStore(self._make_client(), self.store.checkpoint_name),
+                make_store=lambda: RkvStore(
+                    self._make_client(), self.store.checkpoint_name, self.store.max_txn_ops
+                ),
+                max_value_bytes=config.max_rdb_value_bytes,
             )
         else:
             assert checkpoint is not None
@@ -164,6 +221,7 @@ class Replicator:
         self._stream(link, sync, checkpoint)
 
     def _stream(self, link: MasterLink, sync: SyncResult, checkpoint: Checkpoint) -> None:
+        config = self.config
         layout = Layout(self.config.prefix, checkpoint.generation)
         view = BatchView(self.store)
         context = CommandContext(layout=layout, db=checkpoint.db, offset=checkpoint.offset)
@@ -193,8 +251,14 @@ class Replicator:
                     since_mark = []
                 since_mark.append(command)
                 try:
+                    if in_multi and command.end_offset - safe_offset > config.max_command_bytes:
+                        raise ReplicationStop(
+                            f"a MULTI/EXEC block of more than {config.max_command_bytes} bytes "
+                            "(it is held and applied whole, like one command): raise "
+                            "--max-command-bytes if such blocks are legitimate"
+                        )
                     in_multi = self._apply(view, context, command, in_multi)
-                    if len(view.pending) > TXN_WRITES:
+                    if len(view.pending) > self.store.max_batch_writes:
                         committed = self._apply_alone(
                             view,
                             context,
@@ -245,20 +309,33 @@ class Replicator:
         view.mark()
         for command in block:
             self._apply(view, context, command, True)
-        if len(view.pending) > TXN_WRITES:
+        needed = len(view.pending)
+        if needed > self.store.max_batch_writes:
+            name = block[-1].name.decode(errors="replace").upper()
+            what = f"a MULTI/EXEC block ending with {name}" if len(block) > 1 else name
+            limit = self.store.max_txn_ops
+            if needed + TXN_OVERHEAD > RKV_MAX_TXN_OPS:
+                advice = f"more than rkv takes in one transaction at most ({RKV_MAX_TXN_OPS})"
+            else:
+                advice = (
+                    f"raise --max-txn-ops on the rkv nodes to at least {needed + TXN_OVERHEAD} "
+                    "and restart the replicator"
+                )
             raise ReplicationStop(
-                f"{block[-1].name.decode().upper()} needs {len(view.pending)} writes, "
-                f"more than one rkv transaction holds ({TXN_WRITES})"
+                f"{what} needs {needed} writes in one atomic transaction, more than one rkv "
+                f"transaction holds here ({limit} ops with the checkpoint's {TXN_OVERHEAD}: "
+                f"the nodes' --max-txn-ops): {advice}"
             )
         return committed
 
     @staticmethod
     def _read_ahead(link: MasterLink, queue: deque[ReplicatedCommand], timeout: float) -> None:
         """The next command (waiting up to ``timeout``), then those already received."""
+        start = link.delivered_offset
         command = link.read_command(timeout=timeout)
         while command is not None:
             queue.append(command)
-            if len(queue) >= READ_AHEAD:
+            if len(queue) >= READ_AHEAD or command.end_offset - start >= READ_AHEAD_BYTES:
                 return
             command = link.read_command(timeout=0)
 
@@ -317,6 +394,7 @@ class Replicator:
                 checkpoint = self._checkpoint
                 if checkpoint is None or checkpoint.state != "streaming":
                     continue
+                store.max_txn_ops = self.store.max_txn_ops
                 try:
                     sweep(store, Layout(self.config.prefix, checkpoint.generation))
                 except Exception:

@@ -689,28 +689,29 @@ def test_txn_value_over_the_limit_is_413(api: Api) -> None:
     assert_error(api.call("GET", kv_path(key)), 404, "not_found")
 
 
-def test_txn_over_10000_compares_and_ops_is_413_txn_too_large(api: Api) -> None:
+def test_txn_over_1024_compares_and_ops_is_413_txn_too_large(api: Api) -> None:
+    """1024: the default --max-txn-ops."""
     key = b64(new_key())
     body = {
-        "compare": [{"key": key, "exists": False}] * 5000,
-        "success": [{"op": "get", "key": key}] * 4000,
-        "failure": [{"op": "get", "key": key}] * 1001,
+        "compare": [{"key": key, "exists": False}] * 500,
+        "success": [{"op": "get", "key": key}] * 400,
+        "failure": [{"op": "get", "key": key}] * 125,
     }
     error = assert_error(api.txn(body), 413, "txn_too_large")
     assert "--max-txn-ops" in error["message"]
 
 
-def test_txn_of_exactly_10000_compares_and_ops_is_applied(api: Api) -> None:
+def test_txn_of_exactly_1024_compares_and_ops_is_applied(api: Api) -> None:
     key = b64(new_key())
     body = {
-        "compare": [{"key": key, "exists": False}] * 5000,
-        "success": [{"op": "get", "key": key}] * 4000,
-        "failure": [{"op": "get", "key": key}] * 1000,
+        "compare": [{"key": key, "exists": False}] * 500,
+        "success": [{"op": "get", "key": key}] * 400,
+        "failure": [{"op": "get", "key": key}] * 124,
     }
     response = api.txn(body)
     assert response.status == 200, response.body[:300]
     assert response.json()["succeeded"] is True
-    assert len(response.json()["results"]) == 4000
+    assert len(response.json()["results"]) == 400
 
 
 def test_txn_unknown_encoding_is_400(api: Api) -> None:

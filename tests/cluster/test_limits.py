@@ -65,6 +65,14 @@ def test_a_txn_over_max_txn_ops_is_413_and_one_at_it_is_applied(limited: LocalCl
     assert len(answer.json()["results"]) == MAX_OPS
 
 
+def test_the_status_tells_clients_the_limits(limited: LocalCluster) -> None:
+    for node in limited.nodes:
+        limits = http("GET", f"{node.url}/v1/status").json()["limits"]
+        assert limits["max_txn_ops"] == MAX_OPS
+        assert limits["max_page_bytes"] == 100_000
+        assert limits["max_value_bytes"] == 1024 * 1024
+
+
 def test_a_scan_page_ends_before_its_bytes_pass_max_page_bytes(limited: LocalCluster) -> None:
     leader = limited.leader()
     values = {f"page/{i}": bytes([65 + i]) * 40_000 for i in range(5)}

@@ -5,6 +5,9 @@
   module (for module-scoped fixtures that build a dataset once); all of them
   are stopped when the module ends.
 - :func:`run_redis_server`: the context manager both use.
+- :func:`cluster`: a 3-node rkv cluster for the replicator's end-to-end tests,
+  its nodes at ``--max-txn-ops 1024`` (:data:`NODE_MAX_TXN_OPS`, a limit well
+  below the state machine's 10,000, which the replicator must batch within).
 
 Each server listens on 127.0.0.1 on a free port with persistence off
 (``--save '' --appendonly no``; ``SAVE`` still writes ``<dir>/dump.rdb``) and
@@ -30,10 +33,12 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.redis.resp_client import RespClient
+from tests.redis.resp_client import RespClient, RespError
+from tests.support.cluster import LocalCluster
 
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
+NODE_MAX_TXN_OPS = 1024
 
 
 class RedisServer(NamedTuple):
@@ -74,7 +79,9 @@ def _answers_ping(port: int) -> bool:
             return bool(client.execute("PING") == "PONG")
     except (OSError, ConnectionError):
         return False
-    except Exception:  # e.g. -LOADING while it starts
+    except RespError as error:  # -NOAUTH: up, with --requirepass; -LOADING: not yet
+        return str(error).startswith("NOAUTH")
+    except Exception:
         return False
 
 
@@ -159,3 +166,14 @@ def redis_server_factory(
             return stack.enter_context(run_redis_server(directory, *extra_args))
 
         yield start
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A running 3-node rkv cluster whose nodes take NODE_MAX_TXN_OPS ops per transaction."""
+    running = LocalCluster(tmp_path / "rkv", extra_args=["--max-txn-ops", str(NODE_MAX_TXN_OPS)])
+    try:
+        running.start(60)
+        yield running
+    finally:
+        running.stop()

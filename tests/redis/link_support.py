@@ -1,9 +1,14 @@
-"""Support for the master link tests: a real redis-server and RDB checks.
+"""Support for the master link tests: a real redis-server, a hostile one, RDB checks.
 
 :class:`RedisMaster` runs ``/usr/bin/redis-server`` on 127.0.0.1 on a free
 port with persistence off, in its own directory, and stops it by PID
 (SIGTERM, then SIGKILL after 5 s). A missing redis-server fails the test with
 a clear message: these tests are never skipped.
+
+:class:`FakeMaster` is the hostile master: it speaks the master's side of the
+handshake over a loopback socket, answers PSYNC with ``+FULLRESYNC`` and the
+RDB payload it was given, and then sends whatever the test tells it to (what
+a real Redis would never send is exactly what is under test).
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 
+import hiredis
 import pytest
 
 from tests.redis.resp_client import RespClient
@@ -179,3 +187,123 @@ def check_rdb(payload: bytes) -> None:
     assert len(payload) > 18
     assert payload[-9] == 0xFF, "no EOF opcode before the checksum"
     assert int.from_bytes(payload[-8:], "little") == crc64(payload[:-8]), "bad RDB checksum"
+
+
+class FakeMaster:
+    """A Redis master played by the test, on 127.0.0.1 (see the module docstring).
+
+    Every connection gets the handshake's answers (``+OK`` to AUTH and REPLCONF,
+    ``+PONG`` to PING; AUTH passwords are kept in :attr:`passwords`), then
+    ``+FULLRESYNC <replid> <offset>`` and ``$<len>\\r\\n<rdb>``. The latest
+    connection is :attr:`conn`; :meth:`send` and :meth:`send_forever` write to it
+    while a thread drains what the replica sends (its ACKs).
+    """
+
+    def __init__(self, rdb: bytes, replid: str = "f" * 40, offset: int = 0) -> None:
+        self.rdb = rdb
+        self.replid = replid
+        self.offset = offset
+        self.passwords: list[bytes] = []
+        self.synced = threading.Event()
+        self.stop = threading.Event()
+        self.conn: socket.socket | None = None
+        self.sent = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._server.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        reader = hiredis.Reader()
+        with contextlib.suppress(OSError):
+            while data := conn.recv(65536):
+                reader.feed(data)
+                while (command := reader.gets()) is not False:
+                    self._answer(conn, command)
+        conn.close()
+
+    def _answer(self, conn: socket.socket, command: list[bytes]) -> None:
+        name = command[0].upper()
+        if name == b"PSYNC":
+            conn.sendall(b"+FULLRESYNC %s %d\r\n" % (self.replid.encode(), self.offset))
+            conn.sendall(b"$%d\r\n" % len(self.rdb) + self.rdb)
+            self.conn = conn
+            self.synced.set()
+        elif name == b"AUTH":
+            self.passwords.append(command[-1])
+            conn.sendall(b"+OK\r\n")
+        elif name == b"PING":
+            conn.sendall(b"+PONG\r\n")
+        elif name == b"REPLCONF" and command[1].upper() != b"ACK":
+            conn.sendall(b"+OK\r\n")
+
+    def send(self, data: bytes) -> None:
+        """Send ``data`` on the replica's connection (after its PSYNC)."""
+        assert self.synced.wait(30), "no replica synced"
+        assert self.conn is not None
+        self.conn.sendall(data)
+        self.sent += len(data)
+
+    def send_forever(self, chunk: bytes, most: int) -> None:
+        """Send ``chunk`` again and again until the replica hangs up, :attr:`stop`
+        is set or ``most`` bytes were sent (a thread's job)."""
+        with contextlib.suppress(OSError):
+            while not self.stop.is_set() and self.sent < most:
+                self.send(chunk)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._server.close()
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.shutdown(socket.SHUT_RDWR)
+
+    def __enter__(self) -> FakeMaster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class PeakRss:
+    """Samples a process's peak resident memory (VmHWM) until it exits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def read(self) -> int:
+        """The peak so far, in bytes (the last value read once the process is gone)."""
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.peak = int(line.split()[1]) * 1024
+        return self.peak
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.read()
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join(5)
+        return self.peak

@@ -97,6 +97,44 @@ def lzf_string(data: bytes) -> bytes:
     return b"\xc3" + length(len(packed)) + length(len(data)) + packed
 
 
+def lzf_repeat(head: bytes, unit: bytes, times: int, tail: bytes) -> bytes:
+    """An LZF-compressed RDB string of ``head + unit * times + tail``, made of
+    back references of the most LZF allows (264 bytes for 3): a decompression
+    bomb, 88 times smaller than what it expands to."""
+    out = bytearray()
+
+    def literal(data: bytes) -> None:
+        for i in range(0, len(data), 32):
+            chunk = data[i : i + 32]
+            out.append(len(chunk) - 1)
+            out.extend(chunk)
+
+    literal(head + unit)
+    distance = len(unit) - 1  # as encoded: the distance minus one
+    left = len(unit) * (times - 1)
+    while left >= 3:
+        n = min(left, 264)
+        if left - n in (1, 2):
+            n -= 3  # leave a last reference of at least 3
+        if n >= 9:
+            out += bytes([0xE0 | (distance >> 8), n - 9, distance & 0xFF])
+        else:
+            out += bytes([((n - 2) << 5) | (distance >> 8), distance & 0xFF])
+        left -= n
+    literal(unit[:left] + tail)
+    size = len(head) + len(unit) * times + len(tail)
+    return b"\xc3" + length(len(out)) + length(size) + bytes(out)
+
+
+def listpack_bomb(entries: int) -> bytes:
+    """An LZF-compressed listpack of ``entries`` times the integer 42 (two bytes
+    each; decoded, each is a new 2-byte string object): about 23 KB per million
+    entries."""
+    total = 6 + 2 * entries + 1
+    head = total.to_bytes(4, "little") + min(entries, 65535).to_bytes(2, "little")
+    return lzf_repeat(head, b"\x2a\x01", entries, b"\xff")
+
+
 def binary_double(value: float) -> bytes:
     return struct.pack("<d", value)
 

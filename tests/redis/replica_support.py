@@ -228,3 +228,17 @@ def rkv_dump(cluster: LocalCluster, *extra: str) -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     return [json.loads(raw) for raw in done.stdout.decode().splitlines() if raw]
+
+
+def assert_same(cluster: LocalCluster, server: RedisServer, replicator: Replicator) -> None:
+    """Once the replicator has caught up, rkv's dump equals Redis's."""
+    with server.client() as client:
+        wait_caught_up(cluster, client, replicator)
+        started = time.monotonic()
+        expected = redis_dump(client)
+    dumped = rkv_dump(cluster)
+    # TTLs count down while the two dumps run
+    slack_ms = int((time.monotonic() - started) * 1000)
+    problems = compare_dumps(dumped, expected, slack_ms)
+    assert not problems, "\n".join(problems[:20]) + "\n" + replicator.output()[-2000:]
+    assert expected  # the comparison compared something

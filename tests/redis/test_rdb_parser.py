@@ -30,9 +30,11 @@ from replication.redis.rdb import (
     Function,
     KeyValue,
     RdbError,
+    RdbLimitError,
     RdbParser,
     SelectDb,
     Stream,
+    StreamId,
     parse_rdb,
 )
 from replication.redis.rdb import reader as reader_module
@@ -40,7 +42,9 @@ from replication.redis.rdb.crc64 import crc64
 from replication.redis.rdb.intset import decode_intset
 from replication.redis.rdb.listpack import decode_listpack, listpack_strings
 from replication.redis.rdb.lzf import lzf_decompress
+from replication.redis.rdb.stream import decode_stream_node
 from replication.redis.rdb.ziplist import decode_ziplist
+from replication.redis.rdb.zipmap import decode_zipmap
 from tests.redis import rdb_fixtures as fx
 from tests.redis.conftest import RedisServer, redis_server_binary
 from tests.redis.resp_client import RespClient
@@ -583,8 +587,8 @@ def test_absurd_lengths_are_refused_before_reading() -> None:
     payload = fx.RdbWriter(10).raw(b"\x00" + fx.string(b"k") + huge + b"tail").finish()
     with pytest.raises(RdbError, match="absurd string length"):
         _parse(payload)
-    with pytest.raises(RdbError, match="absurd string length"):
-        list(parse_rdb(io.BytesIO(payload)))  # no declared length: the 512 MiB cap
+    with pytest.raises(RdbLimitError, match="a string of 1099511627776 bytes: more than"):
+        list(parse_rdb(io.BytesIO(payload)))  # no declared length: the memory budget
     count = b"\x80" + (1 << 20).to_bytes(4, "big")
     payload = fx.RdbWriter(10).raw(b"\x02" + fx.string(b"k") + count + b"x").finish()
     with pytest.raises(RdbError, match="absurd set member count"):
@@ -592,6 +596,63 @@ def test_absurd_lengths_are_refused_before_reading() -> None:
     lzf = b"\xc3" + fx.length(4) + b"\x80" + (1 << 28).to_bytes(4, "big") + b"\x00abc"
     with pytest.raises(RdbError, match="cannot expand"):
         _parse(fx.RdbWriter(10).raw(b"\x00" + fx.string(b"k") + lzf).finish())
+
+
+def _diskless(payload: bytes, max_value_bytes: int) -> list[Event]:
+    """Parse without the payload's length, as a diskless transfer is."""
+    return list(parse_rdb(io.BytesIO(payload), max_value_bytes=max_value_bytes))
+
+
+def test_a_record_that_would_take_more_memory_than_max_value_bytes_is_refused() -> None:
+    mib = 1024 * 1024
+    # An announced count is charged whole before any element is read: a diskless
+    # payload (no length to check it against) cannot make the parser loop for it.
+    count = b"\x80" + (1 << 30).to_bytes(4, "big")
+    payload = fx.RdbWriter(10).raw(b"\x02" + fx.string(b"k") + count).finish()
+    with pytest.raises(RdbLimitError, match="1073741824 set members: more than the"):
+        _diskless(payload, 256 * mib)
+    # An LZF string is charged its announced size before it is decompressed.
+    lzf = b"\xc3" + fx.length(4_000_000) + fx.length(300 * mib)
+    payload = fx.RdbWriter(10).raw(b"\x00" + fx.string(b"k") + lzf).finish()
+    with pytest.raises(RdbLimitError, match="compressed string of 314572800 bytes"):
+        _diskless(payload, 256 * mib)
+    # The decompression bomb: a list of LZF-compressed listpack nodes, 23 KB each on
+    # the wire, a million elements each once decoded. Decoding stops at the budget.
+    nodes = 40
+    value = fx.length(nodes) + (fx.length(2) + fx.listpack_bomb(1_000_000)) * nodes
+    bomb = fx.RdbWriter(10).select_db(0).key(18, b"bomb", value).finish()
+    assert len(bomb) < 1024 * 1024
+    with pytest.raises(RdbLimitError) as refused:
+        _diskless(bomb, 8 * mib)
+    assert "list_quicklist_2 value of key b'bomb': quicklist listpack node" in str(refused.value)
+    assert f"more than the {8 * mib} bytes one record may take" in str(refused.value)
+    # The same shape within the budget loads, and the budget is per record.
+    small = fx.length(2) + (fx.length(2) + fx.listpack_bomb(1000)) * 2
+    events = _diskless(
+        fx.RdbWriter(10).select_db(0).key(18, b"a", small).key(18, b"b", small).finish(),
+        200 * 1024,
+    )
+    assert [e.value for e in events if isinstance(e, KeyValue)] == [[b"42"] * 2000] * 2
+    with pytest.raises(RdbLimitError):
+        _diskless(fx.RdbWriter(10).select_db(0).key(18, b"a", small).finish(), 100 * 1024)
+
+
+def test_the_blob_decoders_stop_at_max_items() -> None:
+    decoders: list[tuple[Any, bytes]] = [
+        (decode_listpack, fx.listpack([5] * 100)),
+        (listpack_strings, fx.listpack([5] * 100)),
+        (decode_ziplist, fx.ziplist([5] * 100)),
+        (decode_intset, fx.intset(list(range(100)))),
+        (decode_zipmap, fx.zipmap([(b"f%d" % i, b"v") for i in range(50)])),
+    ]
+    for decode, blob in decoders:
+        assert len(decode(blob, 100)) in (50, 100)  # zipmap: 50 pairs, 100 items
+        with pytest.raises(RdbLimitError):
+            decode(blob, 99)
+    node = fx.stream_node((1, 0), [b"f"], [((1, i), [(b"f", b"v")], False) for i in range(20)])
+    assert len(decode_stream_node(node, None, master=StreamId(1, 0))) == 20
+    with pytest.raises(RdbLimitError):
+        decode_stream_node(node, 50, master=StreamId(1, 0))
 
 
 def test_blob_errors_name_the_key_and_the_blob_position() -> None:

@@ -1,53 +1,28 @@
-"""`rkv redis-replicate` end to end: a real redis-server, a real 3-node rkv cluster, the
-replicator as a child process; rkv's `redis-dump` compared with the same dump read from
-Redis itself."""
+"""`rkv redis-replicate` end to end: a real redis-server, a real 3-node rkv cluster (its
+nodes at --max-txn-ops 1024: tests/redis/conftest.py), the replicator as a child
+process; rkv's `redis-dump` compared with the same dump read from Redis itself."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.redis.conftest import RedisServer, run_redis_server
+from tests.redis.conftest import NODE_MAX_TXN_OPS, RedisServer, run_redis_server
 from tests.redis.replica_support import (
     Replicator,
+    assert_same,
     checkpoint,
-    compare_dumps,
     port_closed,
-    redis_dump,
     rkv_dump,
     start_on_port,
     wait_caught_up,
 )
 from tests.redis.workload import populate, random_workload, send_all
 from tests.support.cluster import LocalCluster, http, wait_until
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    running = LocalCluster(tmp_path / "rkv")
-    try:
-        running.start(60)
-        yield running
-    finally:
-        running.stop()
-
-
-def assert_same(cluster: LocalCluster, server: RedisServer, replicator: Replicator) -> None:
-    with server.client() as client:
-        wait_caught_up(cluster, client, replicator)
-        started = time.monotonic()
-        expected = redis_dump(client)
-    dumped = rkv_dump(cluster)
-    # TTLs count down while the two dumps run
-    slack_ms = int((time.monotonic() - started) * 1000)
-    problems = compare_dumps(dumped, expected, slack_ms)
-    assert not problems, "\n".join(problems[:20]) + "\n" + replicator.output()[-2000:]
-    assert expected  # the comparison compared something
 
 
 @pytest.mark.timeout(300)
@@ -283,15 +258,18 @@ def test_a_big_command_gets_a_transaction_of_its_own_or_a_clear_stop(
         replicator.start()
         with redis_server.client() as client:
             wait_caught_up(cluster, client, replicator)
-            # thousands of small writes, then one command with 6,000 writes: together
-            # more than one transaction holds, so the batch before it commits first
+            # thousands of small writes, then one command with 1,001 writes (its elements
+            # and its metadata): together more than one transaction of the nodes'
+            # --max-txn-ops 1024 holds, so the batch before it commits first
+            assert NODE_MAX_TXN_OPS == 1024
             send_all(client, [["SET", f"k{i}", str(i)] for i in range(8000)])
-            client.execute("RPUSH", "big", *[str(i) for i in range(6000)])
+            client.execute("RPUSH", "big", *[str(i) for i in range(1000)])
         assert_same(cluster, redis_server, replicator)
         with redis_server.client() as client:
-            client.execute("RPUSH", "huge", *[str(i) for i in range(12_000)])
+            client.execute("RPUSH", "huge", *[str(i) for i in range(1100)])
         assert replicator.wait(120) == 1
         output = replicator.output()
-        assert "RPUSH needs" in output and "more than one rkv transaction holds" in output
+        assert "RPUSH needs 1101 writes in one atomic transaction" in output, output[-2000:]
+        assert "raise --max-txn-ops on the rkv nodes to at least 1104" in output
     finally:
         replicator.stop()

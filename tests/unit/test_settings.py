@@ -32,7 +32,7 @@ def test_flags_make_a_config_with_defaults() -> None:
     ]
     assert config.raft.journal_dir == "/tmp/x/raft"
     assert config.secret == b"s" * 32
-    assert (config.max_txn_ops, config.http_idle_timeout) == (10_000, 60.0)
+    assert (config.max_txn_ops, config.http_idle_timeout) == (1024, 60.0)
     assert config.compaction_triggers.min_dirty_ratio == 0.5
     assert (config.max_producers, config.producer_sweep_slice) == (100_000, 1000)
     assert (config.audit_keep, config.audit_keep_age_seconds) == (3, 86400.0)

@@ -44,11 +44,13 @@ thread and then starts two daemon threads:
 - the *reader* reads the socket continuously, whatever the consumer does,
   and appends the bytes to disk-backed spools (:mod:`.spool`: temporary files
   in the caller's directory, consumed parts freed as they are read): the
-  payload to one, the command stream to another. It parses the stream with
-  hiredis only to answer GETACK at once. Because it never waits for the
-  consumer, a slow consumer cannot make the master's output buffer for this
-  replica grow until ``client-output-buffer-limit replica`` cuts the link:
-  the backlog waits on local disk, with bounded memory;
+  payload to one, the command stream to another. It follows the stream's
+  headers (:mod:`.framing`) to refuse a command larger than
+  ``max_command_bytes`` before it is spooled and to answer GETACK at once.
+  Because it never waits for the consumer, a slow consumer cannot make the
+  master's output buffer for this replica grow until
+  ``client-output-buffer-limit replica`` cuts the link: the backlog waits on
+  local disk, with bounded memory;
 - the *acker* sends the periodic ACK. Socket writes (acker, reader answering
   GETACK, :meth:`MasterLink.send_ack`) are serialized by a lock.
 
@@ -69,6 +71,7 @@ every 10 s by default). One link is one connection: to reconnect, make a new one
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import threading
@@ -79,11 +82,13 @@ from typing import TYPE_CHECKING
 
 import hiredis
 
+from .framing import DEFAULT_MAX_COMMAND_BYTES, CommandFramer
 from .handshake import Connection, MasterClosedConnection, handshake
 from .resp import RespProtocolError, as_command, command_size, encode_command
 from .spool import DEFAULT_SEGMENT_BYTES, Spool, SpoolFull
 from .types import (
     REPLID,
+    LimitExceeded,
     LinkClosed,
     MasterAddress,
     RedisLinkError,
@@ -97,6 +102,9 @@ if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 __all__ = [
+    "DEFAULT_MAX_COMMAND_BYTES",
+    "DEFAULT_MAX_SPOOL_BYTES",
+    "LimitExceeded",
     "LinkClosed",
     "MasterAddress",
     "MasterLink",
@@ -109,6 +117,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EOF_MARK_BYTES = 40
+DEFAULT_MAX_SPOOL_BYTES = 4 * 1024 * 1024 * 1024
+"""Bytes received and not yet processed that may wait on disk (each spool)."""
 
 ProgressCallback = Callable[[int, int | None], None]
 """``progress(received_bytes, total_bytes_or_None)`` while the payload arrives."""
@@ -127,9 +137,15 @@ class MasterLink:
     ``REPLCONF GETACK`` that earlier WAITs put into the stream.
 
     ``progress`` is called from the reader thread as the payload arrives
-    (the total is None in the diskless form). ``max_spool_bytes`` bounds the
-    command backlog waiting on disk (None: unbounded); beyond it the link
-    fails (retryable), as a master would drop a replica that falls too far behind.
+    (the total is None in the diskless form).
+
+    Bounds on what the master sends (a master, or anyone in between, may send
+    anything): a command of the stream larger than ``max_command_bytes`` (see
+    :mod:`.framing`) fails the link with :class:`LimitExceeded`, before any of
+    it is spooled. ``max_spool_bytes`` bounds each spool's unread bytes (so the
+    disk holds at most about that, plus one segment): the payload's transfer
+    waits for the consumer to read; a command backlog beyond it fails the link
+    with :class:`LimitExceeded` (the consumer is too far behind).
     """
 
     def __init__(
@@ -143,7 +159,8 @@ class MasterLink:
         read_timeout: float = 60.0,
         ack_interval: float = 1.0,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-        max_spool_bytes: int | None = None,
+        max_spool_bytes: int = DEFAULT_MAX_SPOOL_BYTES,
+        max_command_bytes: int = DEFAULT_MAX_COMMAND_BYTES,
         chunk_bytes: int = 256 * 1024,
         progress: ProgressCallback | None = None,
     ) -> None:
@@ -155,7 +172,17 @@ class MasterLink:
         self._ack_interval = ack_interval
         self._chunk_bytes = chunk_bytes
         self._progress = progress
-        self._payload_spool = Spool(spool_dir, segment_bytes=segment_bytes, prefix="rkv-rdb-")
+        self._max_spool_bytes = max_spool_bytes
+        self._framer = CommandFramer(max_command_bytes)
+        # Segments small next to the bound, so that it bounds the disk too.
+        segment_bytes = min(segment_bytes, max(64 * 1024, max_spool_bytes // 8))
+        self._payload_spool = Spool(
+            spool_dir,
+            segment_bytes=segment_bytes,
+            max_unread_bytes=max_spool_bytes,
+            wait_when_full=True,
+            prefix="rkv-rdb-",
+        )
         self._command_spool = Spool(
             spool_dir,
             segment_bytes=segment_bytes,
@@ -413,20 +440,21 @@ class MasterLink:
 
     def _receive_stream(self) -> None:
         assert self._conn is not None
-        parser = hiredis.Reader()
+        framer = self._framer
         data = self._conn.next_chunk()
         while True:
+            try:
+                getacks = framer.feed(data)
+            except Exception:
+                # The commands completed before the problem are still delivered.
+                with contextlib.suppress(Exception):
+                    self._spool(self._command_spool, data[: framer.complete_bytes])
+                    self._received_offset += framer.complete_bytes
+                raise
             self._spool(self._command_spool, data)
             self._received_offset += len(data)
-            parser.feed(data)
-            while (item := parser.gets()) is not False:
-                args = as_command(item)
-                if (
-                    len(args) >= 2
-                    and args[0].lower() == b"replconf"
-                    and args[1].lower() == b"getack"
-                ):
-                    self._send_ack()
+            if getacks:
+                self._send_ack()
             data = self._conn.recv()
 
     def _spool(self, spool: Spool, data: bytes) -> None:
@@ -489,7 +517,12 @@ class MasterLink:
         if isinstance(exc, MasterClosedConnection):
             return RedisLinkError(f"{what}: the master closed the connection", retryable=True)
         if isinstance(exc, SpoolFull):
-            return RedisLinkError(f"{what}: the consumer is too far behind: {exc}", retryable=True)
+            return LimitExceeded(
+                f"{what}: the replicator is too far behind the master: {exc} (the backlog "
+                f"may hold {self._max_spool_bytes} bytes; raise --max-spool-bytes, or make "
+                "rkv keep up)",
+                setting="--max-spool-bytes",
+            )
         if isinstance(exc, (RespProtocolError, hiredis.ProtocolError)):
             return RedisLinkError(f"{what}: protocol error: {exc}", retryable=False)
         if isinstance(exc, OSError):

@@ -23,10 +23,12 @@ Design:
   has finished (``b""``, or the writer's error once all data before it has
   been read), the spool was closed (its error at once) or the timeout expires
   (:class:`TimeoutError`).
-- ``max_unread_bytes`` optionally bounds the unread backlog: a write beyond it
-  raises :class:`SpoolFull` (the link then drops the connection, like a Redis
-  master drops a replica over its client-output-buffer limit, and the
-  replicator resumes later with PSYNC).
+- ``max_unread_bytes`` optionally bounds the unread backlog, so the disk holds
+  at most that plus one segment. A write beyond it either raises
+  :class:`SpoolFull` (the command stream: the link then fails, and the
+  replicator stops with the bound named) or, with ``wait_when_full``, waits
+  until the reader has made room (the RDB payload: the transfer then goes at
+  the pace of the load; a close or finish wakes it up).
 
 Nothing is made durable (no fsync): the spool is a buffer, and after a crash
 the replicator asks the master again from its durable checkpoint.
@@ -65,13 +67,18 @@ class Spool:
         *,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         max_unread_bytes: int | None = None,
+        wait_when_full: bool = False,
         prefix: str = "rkv-spool-",
     ) -> None:
         if segment_bytes < 1:
             raise ValueError("segment_bytes must be positive")
+        if max_unread_bytes is not None and max_unread_bytes < 1:
+            raise ValueError("max_unread_bytes must be positive")
         self._directory = os.fspath(directory)
         self._segment_bytes = segment_bytes
         self._max_unread = max_unread_bytes
+        self._wait_when_full = wait_when_full
+        self._writer_waiting = False
         self._prefix = prefix
         self._cond = threading.Condition()
         self._segments: deque[_Segment] = deque()
@@ -93,31 +100,50 @@ class Spool:
         return self._consumed
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Append ``data`` (writer thread only)."""
+        """Append ``data`` (writer thread only); see the module docstring for a full spool."""
         view = memoryview(data).cast("B")
         if not view.nbytes:
             return
         with self._cond:
             if self._closed or self._finished:
                 raise ValueError("write to a finished or closed spool")
-            if self._max_unread is not None and (
-                self._written - self._consumed + view.nbytes > self._max_unread
-            ):
-                raise SpoolFull(f"more than {self._max_unread} bytes received and not read yet")
-            while view.nbytes:
-                segment = self._segments[-1] if self._segments else None
-                if segment is None or segment.size >= self._segment_bytes:
-                    # Closed when the reader is done with it, or by close().
-                    file = tempfile.TemporaryFile(dir=self._directory, prefix=self._prefix)  # noqa: SIM115
-                    segment = _Segment(file)
-                    self._segments.append(segment)
-                room = self._segment_bytes - segment.size
-                chunk = view[:room] if view.nbytes > room else view
-                done = os.pwrite(segment.file.fileno(), chunk, segment.size)
-                segment.size += done
-                self._written += done
-                view = view[done:]
-            self._cond.notify_all()
+            limit = self._max_unread
+            if limit is not None and self._written - self._consumed + view.nbytes > limit:
+                if not self._wait_when_full:
+                    raise SpoolFull(f"more than {limit} bytes received and not read yet")
+                while view.nbytes:
+                    room = self._wait_for_room(limit)
+                    self._append(view[:room])
+                    view = view[room:]
+                return
+            self._append(view)
+
+    def _wait_for_room(self, limit: int) -> int:
+        """Block until the backlog is below ``limit``; how many bytes fit now."""
+        while True:
+            if self._closed or self._finished:
+                raise ValueError("write to a finished or closed spool")
+            room = limit - (self._written - self._consumed)
+            if room > 0:
+                return room
+            self._writer_waiting = True
+            self._cond.wait()
+
+    def _append(self, view: memoryview) -> None:
+        while view.nbytes:
+            segment = self._segments[-1] if self._segments else None
+            if segment is None or segment.size >= self._segment_bytes:
+                # Closed when the reader is done with it, or by close().
+                file = tempfile.TemporaryFile(dir=self._directory, prefix=self._prefix)  # noqa: SIM115
+                segment = _Segment(file)
+                self._segments.append(segment)
+            room = self._segment_bytes - segment.size
+            chunk = view[:room] if view.nbytes > room else view
+            done = os.pwrite(segment.file.fileno(), chunk, segment.size)
+            segment.size += done
+            self._written += done
+            view = view[done:]
+        self._cond.notify_all()
 
     def finish(self, error: BaseException | None = None) -> None:
         """No more writes; readers get ``b""`` (or ``error``) after the data. First call wins."""
@@ -171,6 +197,9 @@ class Spool:
                 data = os.pread(head.file.fileno(), min(size, available), self._read_pos)
                 self._read_pos += len(data)
                 self._consumed += len(data)
+                if self._writer_waiting:
+                    self._writer_waiting = False
+                    self._cond.notify_all()
                 return data
             if len(self._segments) == 1:
                 return b""

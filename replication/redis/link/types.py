@@ -26,6 +26,15 @@ class RedisLinkError(Exception):
         self.retryable = retryable
 
 
+class LimitExceeded(RedisLinkError):
+    """The master sent more than a bound of the link allows (never retryable:
+    asking again brings the same); ``setting`` names the replicator's flag."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message, retryable=False)
+        self.setting = setting
+
+
 class LinkClosed(RedisLinkError):
     """The link was closed by :meth:`MasterLink.close`."""
 
@@ -54,10 +63,12 @@ class MasterAddress:
     password: str | None = field(default=None, repr=False)
 
     @classmethod
-    def parse(cls, url: str) -> MasterAddress:
+    def parse(cls, url: str, password: str | None = None) -> MasterAddress:
         """Parse ``redis://[[user]:password@]host[:port]`` (user and password percent-decoded).
 
-        Raises ValueError, naming the problem (the password is never shown).
+        ``password``: the password given apart from the URL (which then holds
+        none), so that it need not be on a command line. Raises ValueError,
+        naming the problem (the password is never shown).
         """
         bad = f"bad Redis master URL {_redact(url)!r}"
         try:
@@ -75,9 +86,16 @@ class MasterAddress:
                 f"{bad}: nothing may follow host:port (a replica receives every database)"
             )
         username = unquote(parts.username) if parts.username else None
-        password = unquote(parts.password) if parts.password is not None else None
+        if parts.password is not None:
+            if password is not None:
+                raise ValueError(
+                    f"{bad}: the URL holds a password and one is given apart; give it once"
+                )
+            password = unquote(parts.password)
         if username is not None and password is None:
-            raise ValueError(f"{bad}: a user needs a password (redis://user:password@host)")
+            raise ValueError(
+                f"{bad}: a user needs a password (redis://user:password@host, or given apart)"
+            )
         return cls(parts.hostname, DEFAULT_PORT if port is None else port, username, password)
 
     def __str__(self) -> str:

@@ -10,12 +10,13 @@ Use::
 The parser reads the payload a chunk at a time and yields one event per
 record (:class:`Aux`, :class:`Function`, :class:`SelectDb`, :class:`ResizeDb`,
 :class:`KeyValue`, then :class:`End`); any problem with the bytes raises
-:class:`RdbError` with the byte position.
+:class:`RdbError` with the byte position, and a record that would take more
+memory once decoded than ``max_value_bytes`` :class:`RdbLimitError`.
 """
 
 from .buffer import BinaryReadable
 from .crc64 import crc64
-from .errors import RdbError
+from .errors import RdbError, RdbLimitError
 from .model import (
     Aux,
     End,
@@ -33,10 +34,11 @@ from .model import (
     Value,
 )
 from .parser import MAX_VERSION, RdbParser, parse_rdb
-from .reader import MAX_STRING_LENGTH
+from .reader import DEFAULT_MAX_VALUE_BYTES, ELEMENT_BYTES
 
 __all__ = [
-    "MAX_STRING_LENGTH",
+    "DEFAULT_MAX_VALUE_BYTES",
+    "ELEMENT_BYTES",
     "MAX_VERSION",
     "Aux",
     "BinaryReadable",
@@ -46,6 +48,7 @@ __all__ = [
     "KeyValue",
     "PendingEntry",
     "RdbError",
+    "RdbLimitError",
     "RdbParser",
     "ResizeDb",
     "SelectDb",

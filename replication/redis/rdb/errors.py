@@ -2,7 +2,8 @@
 
 Every problem with the bytes themselves (truncation, a bad checksum, an unknown
 opcode or type, an absurd length, a corrupt LZF stream or listpack) is an
-:class:`RdbError`. Errors raised by the underlying stream's ``read`` (an
+:class:`RdbError`; a record too big to decode within the parser's memory bound
+is its subclass :class:`RdbLimitError`. Errors raised by the underlying stream's ``read`` (an
 ``OSError`` from a socket, say) are not wrapped: they are not format errors.
 """
 
@@ -28,4 +29,9 @@ class RdbError(ValueError):
         """A copy of this error placed at ``position`` (unless it has one) with
         ``context`` (e.g. "hash key b'user:1'") put in front of the reason."""
         reason = f"{context}: {self.reason}" if context else self.reason
-        return RdbError(reason, self.position if self.position is not None else position)
+        return type(self)(reason, self.position if self.position is not None else position)
+
+
+class RdbLimitError(RdbError):
+    """The payload is well formed as far as read, but a record would take more
+    memory once decoded than the parser's ``max_value_bytes`` allows."""

@@ -20,7 +20,9 @@ backwards. Encodings, by the first byte:
 
 from __future__ import annotations
 
-from .errors import RdbError
+import sys
+
+from .errors import RdbError, RdbLimitError
 
 ListpackItem = bytes | int
 
@@ -71,10 +73,10 @@ def _backlen(blob: bytes, q: int, size: int) -> int:
     return value
 
 
-def decode_listpack(blob: bytes) -> list[ListpackItem]:
+def decode_listpack(blob: bytes, max_items: int | None = None) -> list[ListpackItem]:
     """The entries of a listpack: ``bytes`` for strings, ``int`` for integers.
     Any inconsistency (size, count, encoding, backlen, terminator) raises
-    :class:`RdbError`."""
+    :class:`RdbError`; more than ``max_items`` entries, :class:`RdbLimitError`."""
     size = len(blob)
     if size < 7:
         raise RdbError(f"listpack of {size} bytes is shorter than header + terminator")
@@ -85,8 +87,11 @@ def decode_listpack(blob: bytes) -> list[ListpackItem]:
         raise RdbError("listpack does not end with the 0xFF terminator")
     end = size - 1  # index of the terminator
     items: list[ListpackItem] = []
+    limit = sys.maxsize if max_items is None else max_items
     p = 6
     while p < end:  # so blob[p + 1] exists (it may be the terminator)
+        if len(items) >= limit:
+            raise RdbLimitError(f"listpack of more than {limit} entries")
         value, entry_len = _entry(blob, p, len(items))
         q = p + entry_len
         back = 1 if entry_len <= 127 else _backlen_size(entry_len)
@@ -110,7 +115,7 @@ def item_bytes(item: ListpackItem) -> bytes:
     return item if isinstance(item, bytes) else str(item).encode("ascii")
 
 
-def listpack_strings(blob: bytes) -> list[bytes]:
+def listpack_strings(blob: bytes, max_items: int | None = None) -> list[bytes]:
     """The entries of a listpack, integers turned into their decimal strings."""
     return [item if isinstance(item, bytes) else str(item).encode("ascii")
-            for item in decode_listpack(blob)]  # fmt: skip
+            for item in decode_listpack(blob, max_items)]  # fmt: skip

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from .buffer import BinaryReadable
 from .errors import RdbError
 from .model import Aux, End, Event, Function, KeyValue, ResizeDb, SelectDb
-from .reader import MAX_STRING_LENGTH, RdbReader
+from .reader import DEFAULT_MAX_VALUE_BYTES, RdbReader
 from .values import VALUE_TYPES, refuse_module
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,10 @@ class RdbParser:
     EOF mark); the parser reads until the EOF opcode and checksum.
 
     ``verify_checksum=False`` skips the CRC-64 (saves time on big payloads).
-    Any problem with the payload raises :class:`RdbError`.
+    ``max_value_bytes`` bounds the memory one record (a key and its value) may
+    take once decoded (see :mod:`.reader`): a bigger one raises
+    :class:`.errors.RdbLimitError`. Any problem with the payload raises
+    :class:`RdbError`.
     """
 
     def __init__(
@@ -73,10 +76,10 @@ class RdbParser:
         total_length: int | None = None,
         *,
         verify_checksum: bool = True,
-        max_length: int = MAX_STRING_LENGTH,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         self._reader = RdbReader(
-            stream, total_length, checksum=verify_checksum, max_length=max_length
+            stream, total_length, checksum=verify_checksum, max_value_bytes=max_value_bytes
         )
         self._verify = verify_checksum
         self._started = False
@@ -136,9 +139,11 @@ class RdbParser:
         types = VALUE_TYPES
         read_byte = r.read_byte
         read_string = r.read_string
+        start_record = r.start_record
         db = 0
         expire_ms: int | None = None
         while True:
+            start_record()
             start = r.position
             op = read_byte()
             if op == 0:  # the most common record, a string key: inlined
@@ -227,6 +232,10 @@ def parse_rdb(
     total_length: int | None = None,
     *,
     verify_checksum: bool = True,
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
 ) -> Iterator[Event]:
     """Shorthand for ``iter(RdbParser(stream, total_length, ...))``."""
-    return RdbParser(stream, total_length, verify_checksum=verify_checksum).events()
+    parser = RdbParser(
+        stream, total_length, verify_checksum=verify_checksum, max_value_bytes=max_value_bytes
+    )
+    return parser.events()

@@ -26,6 +26,7 @@ skipped here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 
 from .errors import RdbError
@@ -48,9 +49,12 @@ def _int(item: ListpackItem, what: str) -> int:
         raise RdbError(f"stream node: {what} is not an integer: {item[:40]!r}") from None
 
 
-def decode_stream_node(blob: bytes, master: StreamId) -> list[StreamEntry]:
-    """The live entries of one stream node listpack whose master ID is ``master``."""
-    items = decode_listpack(blob)
+def decode_stream_node(
+    blob: bytes, max_items: int | None = None, *, master: StreamId
+) -> list[StreamEntry]:
+    """The live entries of one stream node listpack whose master ID is ``master``
+    (at most ``max_items`` listpack entries, else RdbLimitError)."""
+    items = decode_listpack(blob, max_items)
     n = len(items)
     if n < 4:
         raise RdbError(f"stream node listpack has {n} items, too few for a master entry")
@@ -103,6 +107,11 @@ def decode_stream_node(blob: bytes, master: StreamId) -> list[StreamEntry]:
             f"found {live} and {dead}"
         )
     return entries
+
+
+def _elements(entries: Iterable[StreamEntry]) -> int:
+    """What a node's entries are charged: the entry, its fields and values."""
+    return sum(1 + 2 * len(entry.fields) for entry in entries)
 
 
 def _raw_id(reader: RdbReader) -> StreamId:
@@ -166,7 +175,9 @@ def read_stream(reader: RdbReader, version: int) -> Stream:
         if len(key) != 16:
             raise RdbError(f"stream node key has {len(key)} bytes, a stream ID has 16", start)
         master = StreamId(int.from_bytes(key[:8], "big"), int.from_bytes(key[8:], "big"))
-        entries += read_blob(reader, partial(decode_stream_node, master=master), "stream node")
+        entries += read_blob(
+            reader, partial(decode_stream_node, master=master), "stream node", _elements
+        )
     length = reader.read_length()
     last_id = _length_id(reader)
     if version >= 2:

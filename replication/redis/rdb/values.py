@@ -86,18 +86,18 @@ def read_set(reader: RdbReader) -> set[bytes]:
 
 
 def read_zset_text(reader: RdbReader) -> list[tuple[bytes, float]]:
-    count = reader.read_count("zset member")
+    count = reader.read_count("zset member", 2)
     return [(reader.read_string(), reader.read_string_double()) for _ in range(count)]
 
 
 def read_zset_binary(reader: RdbReader) -> list[tuple[bytes, float]]:
-    count = reader.read_count("zset member")
+    count = reader.read_count("zset member", 2)
     return [(reader.read_string(), reader.read_binary_double()) for _ in range(count)]
 
 
 def read_hash(reader: RdbReader) -> dict[bytes, bytes]:
     read = reader.read_string
-    return {read(): read() for _ in range(reader.read_count("hash field"))}
+    return {read(): read() for _ in range(reader.read_count("hash field", 2))}
 
 
 def read_list_ziplist(reader: RdbReader) -> list[bytes]:
@@ -174,8 +174,12 @@ def _read_module(reader: RdbReader) -> Value:
     refuse_module(reader, "value")
 
 
+def _pairs_of(pairs: dict[bytes, bytes]) -> int:
+    return 2 * len(pairs)
+
+
 def read_hash_zipmap(reader: RdbReader) -> dict[bytes, bytes]:
-    return read_blob(reader, decode_zipmap, "hash zipmap")
+    return read_blob(reader, decode_zipmap, "hash zipmap", _pairs_of)
 
 
 #: RDB value type code -> (Redis type, encoding name, decoder).

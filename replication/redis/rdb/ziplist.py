@@ -16,7 +16,9 @@ them"), the entries, and a 0xFF terminator. Each entry is:
 
 from __future__ import annotations
 
-from .errors import RdbError
+import sys
+
+from .errors import RdbError, RdbLimitError
 from .listpack import ListpackItem
 
 _UNKNOWN_COUNT = 65535
@@ -60,9 +62,10 @@ def _entry(blob: bytes, p: int, end: int, index: int) -> tuple[ListpackItem, int
     return blob[p : p + length], p + length
 
 
-def decode_ziplist(blob: bytes) -> list[ListpackItem]:
+def decode_ziplist(blob: bytes, max_items: int | None = None) -> list[ListpackItem]:
     """The entries of a ziplist: ``bytes`` for strings, ``int`` for integers.
-    Inconsistent sizes, counts, prevlens or encodings raise :class:`RdbError`."""
+    Inconsistent sizes, counts, prevlens or encodings raise :class:`RdbError`;
+    more than ``max_items`` entries, :class:`RdbLimitError`."""
     size = len(blob)
     if size < 11:
         raise RdbError(f"ziplist of {size} bytes is shorter than header + terminator")
@@ -73,9 +76,12 @@ def decode_ziplist(blob: bytes) -> list[ListpackItem]:
         raise RdbError("ziplist does not end with the 0xFF terminator")
     end = size - 1  # index of the terminator
     items: list[ListpackItem] = []
+    limit = sys.maxsize if max_items is None else max_items
     p = last_start = 10
     previous_len = 0
     while p < end:
+        if len(items) >= limit:
+            raise RdbLimitError(f"ziplist of more than {limit} entries")
         start = p
         prevlen, p = _prevlen(blob, p, end, len(items))
         if prevlen != previous_len:

@@ -8,7 +8,9 @@ or 254 followed by a 4-byte little-endian length (255 is the end marker).
 
 from __future__ import annotations
 
-from .errors import RdbError
+import sys
+
+from .errors import RdbError, RdbLimitError
 
 
 def _length(blob: bytes, p: int) -> tuple[int, int]:
@@ -21,16 +23,20 @@ def _length(blob: bytes, p: int) -> tuple[int, int]:
     return int.from_bytes(blob[p + 1 : p + 5], "little"), p + 5
 
 
-def decode_zipmap(blob: bytes) -> dict[bytes, bytes]:
-    """The pairs of a zipmap; inconsistencies raise :class:`RdbError`."""
+def decode_zipmap(blob: bytes, max_items: int | None = None) -> dict[bytes, bytes]:
+    """The pairs of a zipmap; inconsistencies raise :class:`RdbError`, more
+    than ``max_items`` fields and values :class:`RdbLimitError`."""
     size = len(blob)
     if size < 2 or blob[-1] != 0xFF:
         raise RdbError("zipmap is too short or does not end with 0xFF")
     end = size - 1  # index of the end marker
     pairs: dict[bytes, bytes] = {}
     count = 0
+    limit = sys.maxsize if max_items is None else max_items // 2
     p = 1
     while p < end:
+        if count >= limit:
+            raise RdbLimitError(f"zipmap of more than {limit} pairs")
         field_len, p = _length(blob, p)
         field = blob[p : p + field_len]
         p += field_len

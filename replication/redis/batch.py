@@ -126,11 +126,24 @@ class RkvStore:
         found: dict[bytes, bytes | None] = {}
         step = min(_READS_PER_TXN, self.max_txn_ops)
         for start in range(0, len(wanted), step):
-            chunk = wanted[start : start + step]
-            answer = self._txn({"success": [{"op": "get", "key": _b64(key)} for key in chunk]})
-            for key, result in zip(chunk, answer["results"], strict=True):
-                found[key] = base64.b64decode(result["value"]) if result["found"] else None
+            self._read_into(found, wanted[start : start + step])
         return found
+
+    def _read_into(self, found: dict[bytes, bytes | None], chunk: list[bytes]) -> None:
+        """Read ``chunk`` in one transaction, or in halves when its values are more than
+        the node returns at once (413 txn_result_too_large; one key always fits)."""
+        body = {"success": [{"op": "get", "key": _b64(key)} for key in chunk]}
+        try:
+            answer = self._txn(body)
+        except PayloadTooLargeError as exc:
+            if exc.code != "txn_result_too_large" or len(chunk) == 1:
+                raise
+            half = len(chunk) // 2
+            self._read_into(found, chunk[:half])
+            self._read_into(found, chunk[half:])
+            return
+        for key, result in zip(chunk, answer["results"], strict=True):
+            found[key] = base64.b64decode(result["value"]) if result["found"] else None
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         for item in self.client.scan(prefix, limit=_SCAN_PAGE):

@@ -120,6 +120,7 @@ class DiskJournal(Journal):  # type: ignore[misc]
         self._starts = array("Q")
         self._indexes = array("Q")
         self._terms = array("Q")
+        self._last_read: tuple[tuple[int, int], Entry] | None = None
         version = _SIZE.unpack_from(self._map, _END_FIELD - 4)[0]
         if version != JOURNAL_FORMAT_VERSION:
             raise ValueError(f"{path}: journal format {version}, not {JOURNAL_FORMAT_VERSION}")
@@ -161,11 +162,21 @@ class DiskJournal(Journal):  # type: ignore[misc]
         return self.read_entry(item)
 
     def read_entry(self, position: int) -> Entry:
-        """Entry ``position`` (0 is the oldest kept) as (command, index, term)."""
+        """Entry ``position`` (0 is the oldest kept) as (command, index, term).
+
+        The last entry read is kept (one entry: bounded by the entry size): pysyncobj
+        asks for the newest entry's index again for every chunk it sends of a large
+        entry, and each read copies the whole command out of the map."""
+        identity = (self._indexes[position], self._terms[position])
+        last = self._last_read
+        if last is not None and last[0] == identity:
+            return last[1]
         start = self._starts[position]
         size = _SIZE.unpack_from(self._map, start)[0]
         command = self._map[start + 4 + _INDEX_TERM.size : start + 4 + size]
-        return command, self._indexes[position], self._terms[position]
+        entry = (command, identity[0], identity[1])
+        self._last_read = (identity, entry)
+        return entry
 
     @property
     def size_bytes(self) -> int:
@@ -189,6 +200,7 @@ class DiskJournal(Journal):  # type: ignore[misc]
         self._set_end(start + size + 8)
 
     def clear(self) -> None:
+        self._last_read = None
         del self._starts[:], self._indexes[:], self._terms[:]
         self._set_end(_FIRST)
 
@@ -196,6 +208,7 @@ class DiskJournal(Journal):  # type: ignore[misc]
         if entryFrom >= len(self._starts):
             return
         end = self._starts[entryFrom] if entryFrom > 0 else _FIRST
+        self._last_read = None  # a later add may reuse an index and term
         del self._starts[entryFrom:], self._indexes[entryFrom:], self._terms[entryFrom:]
         self._set_end(end)
 

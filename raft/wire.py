@@ -17,12 +17,18 @@ the memory. :class:`GuardedConnection` speaks the same protocol and:
 - keeps the buffer in a ``bytearray`` (appends and trims in place: linear);
 - counts as authenticated once a frame has decoded, i.e. decrypted under the
   cluster secret; a first frame that does not is logged on either side as a
-  likely wrong secret (:mod:`raft.log_throttle` bounds those lines).
+  likely wrong secret (:mod:`raft.log_throttle` bounds those lines);
+- sends large incompressible messages stored rather than compressed
+  (:func:`deflate`): zlib costs 60 ms per MiB of random bytes, paid on the raft
+  thread once per follower, so one 11 MiB write of random values held the
+  leader's raft thread past the election timeout. The receiver cannot tell the
+  difference (a stored block is valid zlib), so pysyncobj peers read it.
 """
 
 from __future__ import annotations
 
 import errno
+import pickle
 import socket
 import struct
 import time
@@ -30,9 +36,33 @@ import zlib
 from typing import Any
 
 import pysyncobj.pickle as pysyncobj_pickle
+from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.tcp_connection import TcpConnection
 
 from raft.log_throttle import ThrottledLog
+
+_PICKLE_PROTOCOL = 4
+"""pysyncobj pickles with protocol 2, which stores bytes as latin-1 text (two bytes for
+each byte above 127, and again for a chunk of an entry pickled inside a message);
+protocol 4 stores bytes as they are. Any receiver's pickle.loads reads either."""
+_SAMPLE_BYTES = 4096
+"""Messages up to this size are compressed as pysyncobj does; above it a sample of
+this size decides (a large entry travels in 64 KiB chunks, each one message)."""
+_WORTH_COMPRESSING = 0.5
+"""A sample that compresses to more than this share of its size is sent stored. Random
+bytes in an entry compress to ~0.6 of pysyncobj's pickle (protocol 2 turns bytes into
+latin-1 text, two bytes for each byte above 127), at ~45 ms per MiB: not worth it."""
+
+
+def deflate(data: bytes) -> bytes:
+    """zlib data for a message: compressed (level 3, pysyncobj's) unless a sample of
+    a large message shows it does not compress, then stored (level 0)."""
+    if len(data) > _SAMPLE_BYTES:
+        sample = data[len(data) // 2 : len(data) // 2 + _SAMPLE_BYTES]
+        if len(zlib.compress(sample, 1)) > _WORTH_COMPRESSING * len(sample):
+            return zlib.compress(data, 0)
+    return zlib.compress(data, 3)
+
 
 HANDSHAKE_FRAME_BYTES = 64 * 1024
 """The largest frame accepted before the peer has authenticated (fixed: pysyncobj's
@@ -52,6 +82,8 @@ class GuardedConnection(TcpConnection):  # type: ignore[misc]
     # pysyncobj's attributes this class reads and writes.
     _TcpConnection__socket: Any
     _TcpConnection__readBuffer: Any
+    _TcpConnection__writeBuffer: Any
+    sendRandKey: Any
     _TcpConnection__recvBufferSize: int
     recvLastTimestamp: Any
     recvRandKey: Any
@@ -100,6 +132,47 @@ class GuardedConnection(TcpConnection):  # type: ignore[misc]
             )
             return False
         return connecting
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        """pysyncobj's send, with :func:`deflate` choosing the compression."""
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = deflate(pickle.dumps(message, protocol=_PICKLE_PROTOCOL))
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
+        outbox = self._outbox()
+        outbox += _LENGTH.pack(len(data))
+        outbox += data
+        self._TcpConnection__trySendBuffer()
+
+    def _outbox(self) -> bytearray:
+        """The write buffer, as a bytearray: pysyncobj's ``bytes +=`` copied the whole
+        backlog for every chunk of a large entry (quadratic on the raft thread)."""
+        buffer = self._TcpConnection__writeBuffer
+        if not isinstance(buffer, bytearray):
+            buffer = bytearray(buffer)
+            self._TcpConnection__writeBuffer = buffer
+        return buffer
+
+    def _TcpConnection__processSend(self) -> bool:
+        """Send what the socket takes; True if it took some (pysyncobj then tries again)."""
+        outbox = self._outbox()
+        if not outbox:
+            return False
+        try:
+            sent: int = self._TcpConnection__socket.send(outbox)
+        except OSError as exc:
+            if exc.errno not in _WOULD_BLOCK:
+                self.disconnect()
+            return False
+        if sent <= 0:
+            if sent < 0:
+                self.disconnect()
+            return False
+        del outbox[:sent]  # bytearray: trimming the front is cheap
+        return True
 
     # -- reading ---------------------------------------------------------------------
 

@@ -139,6 +139,8 @@ def test_a_large_entry_sent_in_chunks_is_appended_once_complete(
         )
     assert leader.log()[-1] == (4, 1)
     assert follower._SyncObj__raftLog[-1][0] == data
+    # The chunks were kept once, here: pysyncobj's own copy (str +=) stayed empty.
+    assert not follower._SyncObj__recvTransmission
     assert leader.replies[-1] == (5, True)
     assert [success for _, success in leader.replies[1:-1]] == [False] * (len(chunks) - 1)
     # The next entry follows as usual.

@@ -15,6 +15,7 @@ from pysyncobj.encryptor import getEncryptor
 from node.state.commands import Batch, Put, encode_entry
 from raft.config import frame_bytes_needed
 from raft.log_throttle import ThrottledLog
+from raft.wire import deflate
 
 
 def pysyncobj_frame(entries: list[bytes]) -> bytes:
@@ -79,3 +80,14 @@ def test_many_subjects_share_one_budget_past_the_cap(caplog: pytest.LogCaptureFi
         for i in range(1000):
             log.report("auth-failed", f"10.0.{i // 256}.{i % 256}", "from %d", i)
     assert len(caplog.records) == 5  # four subjects, then one line for all the others
+
+
+def test_a_large_incompressible_message_is_sent_stored_and_still_reads_back() -> None:
+    noise = os.urandom(1 << 20)
+    text = b'{"key": "value", "n": 12345}\n' * 40_000
+    small = os.urandom(1000)
+    for data in (noise, text, small):
+        assert zlib.decompress(deflate(data)) == data  # what pysyncobj's receiver does
+    assert len(deflate(noise)) > len(noise)  # stored: not worth zlib's time
+    assert len(deflate(text)) < len(text) // 10  # compressed as before
+    assert deflate(small) == zlib.compress(small, 3)  # small messages as pysyncobj

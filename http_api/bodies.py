@@ -59,3 +59,13 @@ async def read_json(request: web.Request, what: str = "a JSON object") -> Any:
         raise InvalidRequest("the body's JSON nests too deep") from None
     except ValueError:
         raise InvalidRequest(f"the body must be {what}") from None
+
+
+def json_integer(value: object) -> int | None:
+    """``value`` as an int if it is a JSON integer, as JSON Schema (and so the OpenAPI
+    document) counts them: 3 and 3.0, never true or 3.5; None otherwise."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return None

@@ -24,7 +24,12 @@ ENCODINGS = ("base64", "utf-8")
 # Versions are commit-log offsets; a larger one could not even be encoded into a
 # raft entry (msgpack stops at 2**64 - 1), so it is refused here as a bad request.
 MAX_VERSION = 2**63 - 1
-_CURSOR_RE = re.compile(rb"[A-Za-z0-9_-]*")
+# The OpenAPI document states these same patterns (http_api/openapi_common.py).
+# Unpadded base64url: groups of 4, then 2 or 3 (a single trailing character is no byte).
+BASE64URL_PATTERN = "^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$"
+IF_MATCH_PATTERN = '^(W/)?"?[0-9]{1,19}"?$'
+_BASE64URL_RE = re.compile(BASE64URL_PATTERN.encode())
+_IF_MATCH_RE = re.compile(IF_MATCH_PATTERN)
 
 
 def key_from_path(request: web.Request) -> bytes:
@@ -77,7 +82,10 @@ def int_param(params: dict[str, bytes], name: str, minimum: int = 0) -> int | No
 
 
 def consistency_param(params: dict[str, bytes]) -> Consistency:
-    text = text_param(params, "consistency") or Consistency.LINEARIZABLE.value
+    # Only an absent parameter means the default: "consistency=" is a mistake.
+    text = text_param(params, "consistency")
+    if text is None:
+        return Consistency.LINEARIZABLE
     try:
         return Consistency(text)
     except ValueError:
@@ -86,7 +94,9 @@ def consistency_param(params: dict[str, bytes]) -> Consistency:
 
 
 def encoding_param(params: dict[str, bytes]) -> str:
-    text = text_param(params, "encoding") or "base64"
+    text = text_param(params, "encoding")
+    if text is None:
+        return "base64"
     if text not in ENCODINGS:
         raise InvalidRequest(f"encoding must be base64 or utf-8, not {text!r}")
     return text
@@ -118,14 +128,22 @@ def encode_cursor(key: bytes) -> str:
     return base64.urlsafe_b64encode(key).decode().rstrip("=")
 
 
-def decode_cursor(cursor: bytes) -> bytes:
+def decode_base64url(text: bytes) -> bytes | None:
+    """Unpadded base64url (cursors, snapshot resume keys) as bytes, or None if it is not."""
     # urlsafe_b64decode silently drops characters outside the alphabet: check them first.
-    if not _CURSOR_RE.fullmatch(cursor):
-        raise InvalidRequest("start_after must be a cursor returned by a previous scan")
+    if not _BASE64URL_RE.fullmatch(text):
+        return None
     try:
-        return base64.urlsafe_b64decode(cursor + b"=" * (-len(cursor) % 4))
+        return base64.urlsafe_b64decode(text + b"=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
-        raise InvalidRequest("start_after must be a cursor returned by a previous scan") from None
+        return None
+
+
+def decode_cursor(cursor: bytes) -> bytes:
+    key = decode_base64url(cursor)
+    if key is None:
+        raise InvalidRequest("start_after must be a cursor returned by a previous scan")
+    return key
 
 
 def expected_version_from_headers(request: web.Request) -> int | None:
@@ -141,9 +159,8 @@ def expected_version_from_headers(request: web.Request) -> int | None:
     if if_match is None:
         return None
     text = if_match.strip()
-    if text.startswith("W/"):
-        text = text[2:]
-    version = parse_uint(text.strip('"'))
+    matched = _IF_MATCH_RE.fullmatch(text)
+    version = parse_uint(text.removeprefix("W/").strip('"')) if matched else None
     if version is None:
         raise InvalidRequest(f'If-Match must be a version like "42", not {if_match!r}')
     return version

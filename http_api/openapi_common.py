@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from http_api.encoding import MAX_VERSION, PRODUCER_HEADERS
+from http_api.encoding import BASE64URL_PATTERN, IF_MATCH_PATTERN, MAX_VERSION, PRODUCER_HEADERS
 from node.state.commands import MAX_TXN_OPS
 from node.state.producers import WINDOW
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 BYTES = {"type": "string", "description": "base64, or text with encoding=utf-8"}
 INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
+OFFSET = {"type": "integer", "minimum": 0, "maximum": MAX_VERSION}
+BASE64URL = {"type": "string", "pattern": BASE64URL_PATTERN}
 
 _ERROR_TEXT = {
     307: "Not the leader (consistency=leader, membership changes, audits): Location names "
@@ -91,7 +93,7 @@ CONSISTENCY = {
 MIN_VERSION = {
     "name": "min_version",
     "in": "query",
-    "schema": {"type": "integer", "minimum": 0},
+    "schema": OFFSET,
     "description": "Wait (bounded) until this node has applied this offset, then read.",
 }
 ENCODING = {
@@ -103,8 +105,9 @@ ENCODING = {
 IF_MATCH = {
     "name": "If-Match",
     "in": "header",
-    "schema": {"type": "string"},
-    "description": 'Compare-and-set: "<version>" the key must have.',
+    "schema": {"type": "string", "pattern": IF_MATCH_PATTERN},
+    "description": 'Compare-and-set: "<version>" the key must have (0 up to 2^63 - 1; '
+    "quotes and W/ optional). Not together with If-None-Match (400).",
 }
 IF_NONE_MATCH = {
     "name": "If-None-Match",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from http_api.openapi_common import (
+    BASE64URL,
     BYTES,
     CONSISTENCY,
     ENCODING,
@@ -139,7 +140,7 @@ def _scan() -> dict[str, Any]:
             {
                 "name": "start_after",
                 "in": "query",
-                "schema": {"type": "string"},
+                "schema": BASE64URL,
                 "description": "The opaque cursor from a previous page's next.",
             },
             ENCODING,

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from http_api.openapi_common import ENCODING, errors, json_content
+from http_api.openapi_common import BASE64URL, ENCODING, OFFSET, errors, json_content
+from http_api.routes_log import COMPLETE_VALUES
+from http_api.routes_snapshot import TRANSFER_ID_PATTERN
+
+_TRANSFER_ID = {"type": "string", "pattern": TRANSFER_ID_PATTERN}
 
 
 def node_paths() -> dict[str, Any]:
@@ -75,7 +79,7 @@ def node_paths() -> dict[str, Any]:
                 "answer started. A removed offset reads as the next greater one.",
                 "parameters": [
                     *(
-                        {"name": n, "in": "query", "schema": {"type": "integer", "minimum": m}}
+                        {"name": n, "in": "query", "schema": {**OFFSET, "minimum": m}}
                         for n, m in (("from", 0), ("to", 0), ("limit", 1))
                     ),
                     {
@@ -83,7 +87,7 @@ def node_paths() -> dict[str, Any]:
                         "in": "query",
                         "description": "1: only if every record from `from` on is still "
                         "here (409 range_compacted otherwise); compaction waits meanwhile",
-                        "schema": {"type": "string", "enum": ["1", "true"]},
+                        "schema": {"type": "string", "enum": list(COMPLETE_VALUES)},
                     },
                 ],
                 "responses": {
@@ -125,7 +129,7 @@ def node_paths() -> dict[str, Any]:
                     {
                         "name": "from",
                         "in": "query",
-                        "schema": {"type": "integer", "minimum": 0},
+                        "schema": OFFSET,
                         "description": "The first offset to send. Default: the next one "
                         "(only changes after the request); 0 or 1 replays the whole log.",
                     },
@@ -169,14 +173,15 @@ def node_paths() -> dict[str, Any]:
                     {
                         "name": "transfer",
                         "in": "query",
-                        "schema": {"type": "string"},
+                        "schema": _TRANSFER_ID,
                         "description": "Resume this cut transfer (its Rkv-Transfer-Id)",
                     },
                     {
                         "name": "after",
                         "in": "query",
-                        "schema": {"type": "string"},
-                        "description": "With transfer: the last key received, base64url",
+                        "schema": BASE64URL,
+                        "description": "With transfer: the last key received, unpadded "
+                        "base64url (without transfer: 400)",
                     },
                 ],
                 "responses": {
@@ -211,7 +216,7 @@ def node_paths() -> dict[str, Any]:
                         "name": "transfer",
                         "in": "query",
                         "required": True,
-                        "schema": {"type": "string"},
+                        "schema": _TRANSFER_ID,
                         "description": "The transfer's Rkv-Transfer-Id",
                     }
                 ],

@@ -5,10 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from http_api.openapi_common import BYTES, ERROR, INT64
-from node.service.kv import MAX_TRANSACTIONAL_ID_BYTES
+from node.service.kv import (
+    MAX_TRANSACTIONAL_ID_BYTES,
+    MEMBER_ID_PATTERN,
+    MEMBER_URL_PATTERN,
+    RAFT_ADDRESS_PATTERN,
+)
 from node.state.commands import MAX_TXN_OPS
 
 _INTEGER = {"type": "integer"}
+_OTHER_WRITE = (
+    "null when this is the remembered answer (Rkv-Duplicate: true) to an earlier write "
+    "of another kind that used the same producer sequence: nothing was applied."
+)
 
 
 def _object(required: list[str], properties: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -180,6 +189,7 @@ def _producer_schemas() -> dict[str, Any]:
                 "transactional_id": {
                     "type": "string",
                     "minLength": 1,
+                    "maxLength": MAX_TRANSACTIONAL_ID_BYTES,
                     "description": f"1..{MAX_TRANSACTIONAL_ID_BYTES} bytes of UTF-8. "
                     "Without it every call allocates a new producer id.",
                 }
@@ -196,7 +206,11 @@ def _producer_schemas() -> dict[str, Any]:
             ["key", "value", "version"],
             {
                 "key": BYTES,
-                "value": {**INT64, "description": "The counter's new value"},
+                "value": {
+                    **INT64,
+                    "type": ["integer", "null"],
+                    "description": f"The counter's new value. {_OTHER_WRITE}",
+                },
                 "version": _INTEGER,
             },
         ),
@@ -204,7 +218,11 @@ def _producer_schemas() -> dict[str, Any]:
             ["key", "size", "version"],
             {
                 "key": BYTES,
-                "size": {"type": "integer", "minimum": 0, "description": "The new length"},
+                "size": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "description": f"The new length. {_OTHER_WRITE}",
+                },
                 "version": _INTEGER,
             },
         ),
@@ -276,9 +294,21 @@ def schemas() -> dict[str, Any]:
         "Member": _object(
             ["id", "raft_address", "url"],
             {
-                "id": {"type": "string"},
-                "raft_address": {"type": "string", "description": "HOST:PORT"},
-                "url": {"type": "string", "description": "HTTP base URL"},
+                "id": {
+                    "type": "string",
+                    "pattern": MEMBER_ID_PATTERN,
+                    "not": {"enum": [".", ".."]},
+                },
+                "raft_address": {
+                    "type": "string",
+                    "pattern": RAFT_ADDRESS_PATTERN,
+                    "description": "HOST:PORT (port 1 to 65535)",
+                },
+                "url": {
+                    "type": "string",
+                    "pattern": MEMBER_URL_PATTERN,
+                    "description": "HTTP base URL (http:// or https://, no comma)",
+                },
             },
         ),
         "MemberChange": {

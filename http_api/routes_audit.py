@@ -31,7 +31,7 @@ from typing import BinaryIO, Protocol
 
 from aiohttp import web
 
-from http_api.bodies import read_body, read_json
+from http_api.bodies import json_integer, read_body, read_json
 from http_api.errors import json_response
 from http_api.streaming import write_or_give_up
 from node.errors import AuditExportFailed, InvalidRequest, KeyNotFound, Unavailable
@@ -95,11 +95,12 @@ async def _start_body(request: web.Request) -> tuple[str | None, int | None]:
     unknown = set(body) - {"audit_id", "buckets"}
     if unknown:
         raise InvalidRequest(f"unknown fields {sorted(unknown)}; the body is {_BODY}")
+    # A field is given or absent: null is neither a string nor an integer.
     audit_id = body.get("audit_id")
-    buckets = body.get("buckets")
-    if audit_id is not None and not isinstance(audit_id, str):
+    if "audit_id" in body and not isinstance(audit_id, str):
         raise InvalidRequest("audit_id must be a string", code="invalid_audit_id")
-    if buckets is not None and type(buckets) is not int:
+    buckets = json_integer(body["buckets"]) if "buckets" in body else None
+    if "buckets" in body and buckets is None:
         raise InvalidRequest("buckets must be an integer", code="invalid_buckets")
     return audit_id, buckets
 

@@ -20,8 +20,10 @@ from aiohttp import web
 from http_api.encoding import int_param, raw_query, text_param
 from http_api.kv_api import KvApi
 from http_api.streaming import write_or_give_up
+from node.errors import InvalidRequest
 from node.service.types import LOG_CONTENT_TYPE
 
+COMPLETE_VALUES = ("1", "true")
 _CHUNK_BYTES = 256 * 1024
 
 logger = logging.getLogger(__name__)
@@ -34,7 +36,10 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         from_offset = int_param(params, "from") or 1
         to_offset = int_param(params, "to")
         limit = int_param(params, "limit", minimum=1)
-        if text_param(params, "complete") in ("1", "true"):
+        complete = text_param(params, "complete")
+        if complete not in (None, *COMPLETE_VALUES):
+            raise InvalidRequest(f"complete must be 1 or true (or absent), not {complete!r:.40}")
+        if complete is not None:
             with kv.complete_log_range(from_offset):
                 return await _stream(request, kv, from_offset, to_offset, limit)
         return await _stream(request, kv, from_offset, to_offset, limit)

@@ -29,8 +29,8 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         if unknown:
             raise InvalidRequest(f"unknown fields: {', '.join(sorted(unknown))}")
         tid = body.get("transactional_id")
-        if tid is not None and not isinstance(tid, str):
-            raise InvalidRequest("transactional_id must be a string")
+        if "transactional_id" in body and not isinstance(tid, str):
+            raise InvalidRequest("transactional_id must be a string (or absent)")
         result = await request.app[service_key].init_producer(tid)
         return json_response({"producer_id": result.producer_id, "epoch": result.epoch})
 

@@ -31,18 +31,17 @@ every reader notices.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import functools
 import logging
 import queue
+import re
 import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from http_api.encoding import raw_query, text_param
+from http_api.encoding import decode_base64url, raw_query, text_param
 from http_api.kv_api import KvApi, SnapshotSource
 from http_api.streaming import write_or_give_up
 from node.errors import InvalidRequest, KeyNotFound, Overloaded
@@ -52,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# The OpenAPI document states the same pattern (http_api/openapi_node.py).
+TRANSFER_ID_PATTERN = "^[A-Za-z0-9]{1,64}$"
+TRANSFER_ID_RE = re.compile(TRANSFER_ID_PATTERN)
 _QUEUE_WAIT_SECONDS = 10.0
 _POLL_SECONDS = 0.5
 
@@ -89,12 +91,11 @@ def _resume_params(request: web.Request) -> tuple[str | None, bytes | None]:
         if after is not None:
             raise InvalidRequest("after= needs transfer=: a resume names its transfer")
         return None, None
-    if not transfer or len(transfer) > 64 or not transfer.isalnum():
+    if not TRANSFER_ID_RE.fullmatch(transfer):
         raise InvalidRequest("transfer must be the Rkv-Transfer-Id of a cut transfer")
-    try:
-        key = base64.urlsafe_b64decode(after + "=" * (-len(after) % 4)) if after else b""
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("after must be a key in base64url") from None
+    key = decode_base64url(after.encode()) if after is not None else b""
+    if key is None:
+        raise InvalidRequest("after must be a key in unpadded base64url")
     return transfer, key
 
 

@@ -82,8 +82,8 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         rendered_key = encode_bytes(key, encoding_param(params), "key")
         producer = producer_from_headers(request)
         op = text_param(params, "op")
+        by = signed_int_param(params, "by", 1)  # checked whatever the op: a bad one is a 400
         if op == "incr":
-            by = signed_int_param(params, "by", 1)
             result = await kv.incr(key, by, producer)
             body = {"key": rendered_key, "value": _number(result), "version": result.version}
         elif op == "append":

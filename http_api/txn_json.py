@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from http_api.bodies import json_integer
 from http_api.encoding import MAX_VERSION, decode_bytes, encode_bytes
 from http_api.kv_api import KvApi
 from node.errors import InvalidRequest, PayloadTooLarge
@@ -84,9 +85,10 @@ def _compare(item: Any, encoding: str, kv: KvApi, where: str) -> Compare:
     raw = item[field]
     expected: int | bytes | bool
     if target is CompareTarget.VERSION:
-        if type(raw) is not int or not 0 <= raw <= MAX_VERSION:
+        version = json_integer(raw)
+        if version is None or not 0 <= version <= MAX_VERSION:
             raise InvalidRequest(f"{where}.version must be an integer in 0..{MAX_VERSION}")
-        expected = raw
+        expected = version
     elif target is CompareTarget.VALUE:
         expected = decode_bytes(raw, encoding, f"{where}.value")
     else:
@@ -112,8 +114,8 @@ def _op(item: Any, encoding: str, kv: KvApi, where: str) -> TxnOp:
     if kind == "get":
         return TxnGet(key)
     if kind == "incr":
-        by = item.get("by", 1)
-        if type(by) is not int or not INT64_MIN <= by <= INT64_MAX:
+        by = json_integer(item.get("by", 1))
+        if by is None or not INT64_MIN <= by <= INT64_MAX:
             raise InvalidRequest(f"{where}.by must be a signed 64-bit integer")
         return TxnIncr(key, by)
     if kind == "append":

@@ -129,17 +129,21 @@ class ConsensusLog(Protocol):
         ...
 
 
+# What a member description may hold; the OpenAPI document states the same patterns.
+MEMBER_ID_PATTERN = "^[A-Za-z0-9_.-]{1,64}$"
+_PORT = "(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+RAFT_ADDRESS_PATTERN = rf"^[A-Za-z0-9._:\[\]-]+:{_PORT}$"
+MEMBER_URL_PATTERN = r"^https?://[^,\s]+$"
+
+
 def member_problem(node_id: Any, raft_address: Any, url: Any) -> str | None:
     """Why a member description is unacceptable, or None."""
-    if not isinstance(node_id, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", node_id):
+    if not isinstance(node_id, str) or not re.fullmatch(MEMBER_ID_PATTERN, node_id):
         return "id must be 1-64 characters of letters, digits, '_', '.' or '-'"
-    if not isinstance(raft_address, str):
-        return "raft_address must be HOST:PORT"
-    host, sep, port = raft_address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return f"raft_address must be HOST:PORT, not {raft_address!r:.100}"
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "," in url:
-        return f"url must be an http:// or https:// URL, not {url!r:.100}"
+    if not isinstance(raft_address, str) or not re.fullmatch(RAFT_ADDRESS_PATTERN, raft_address):
+        return f"raft_address must be HOST:PORT (port 1 to 65535), not {raft_address!r:.100}"
+    if not isinstance(url, str) or not re.fullmatch(MEMBER_URL_PATTERN, url):
+        return f"url must be an http:// or https:// URL without commas, not {url!r:.100}"
     return None
 
 

@@ -297,6 +297,11 @@ def test_put_answers_key_and_version(api: Api) -> None:
         '"\xc2\xb2"',  # "²" in UTF-8: str.isdigit() says yes, int() says no
         f'"{2**64}"',  # cannot even be encoded into a raft entry
         '"' + "9" * 5000 + '"',
+        # The document's pattern: one optional quote each side, W/ only in front.
+        "",
+        '""5""',
+        '"5"W/',
+        "W/W/5",
     ],
 )
 def test_if_match_bad_format_is_400(api: Api, if_match: str) -> None:
@@ -316,7 +321,7 @@ def test_if_match_and_if_none_match_together_is_400(api: Api) -> None:
     assert_error(api.call("GET", kv_path(key)), 404, "not_found")
 
 
-@pytest.mark.parametrize("value", ['"3"', "W/*", "**", "x"])
+@pytest.mark.parametrize("value", ['"3"', "W/*", "**", "x", ""])
 def test_if_none_match_other_than_star_is_400(api: Api, value: str) -> None:
     key = new_key()
     response = api.call("PUT", kv_path(key), b"v", {"If-None-Match": value})
@@ -439,7 +444,7 @@ def test_stale_read_with_min_version_on_a_follower_sees_the_write(api: Api) -> N
     assert (got.status, got.body) == (200, b"fresh")
 
 
-@pytest.mark.parametrize("consistency", ["LEADER", "strong", "stale%20", "%FF"])
+@pytest.mark.parametrize("consistency", ["LEADER", "strong", "stale%20", "%FF", ""])
 def test_bad_consistency_is_400(api: Api, consistency: str) -> None:
     key = new_key()
     api.put(key, b"v")
@@ -488,6 +493,19 @@ def test_leader_scan_on_a_follower_redirects(api: Api) -> None:
 
 
 # -- scan -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("complete", ["AAA", "0", "", "yes"])
+def test_log_complete_other_than_1_or_true_is_400(api: Api, complete: str) -> None:
+    assert_error(api.call("GET", f"/v1/log?complete={complete}"), 400, "invalid_request")
+
+
+def test_log_complete_1_and_true_are_served(api: Api) -> None:
+    api.put(new_key("log"), b"v")
+    for complete in ("1", "true"):
+        response = api.call("GET", f"/v1/log?complete={complete}")
+        assert response.status == 200, response.body[:300]
+        assert response.body
 
 
 @pytest.mark.parametrize("limit", ["0", "10001", "x", "-1", "", "%C2%B2", "1e3"])
@@ -579,7 +597,7 @@ def test_scan_utf8_encoding_over_a_binary_key_is_400(api: Api) -> None:
     assert_error(response, 400, "not_utf8")
 
 
-@pytest.mark.parametrize("encoding", ["latin1", "UTF-8", "base32", "utf8", "%FF"])
+@pytest.mark.parametrize("encoding", ["latin1", "UTF-8", "base32", "utf8", "%FF", ""])
 def test_scan_unknown_encoding_is_400(api: Api, encoding: str) -> None:
     assert_error(api.call("GET", f"/v1/kv?encoding={encoding}"), 400, "invalid_request")
 
@@ -621,6 +639,7 @@ def test_txn_field_not_a_list_is_400(api: Api, field: str) -> None:
         {"key": b64("k"), "version": "1"},
         {"key": b64("k"), "version": True},
         {"key": b64("k"), "version": 2**64},
+        {"key": b64("k"), "version": 1.5},
         {"key": b64("k"), "exists": "yes"},
         {"key": 7, "exists": True},
         "k",
@@ -638,6 +657,8 @@ def test_txn_bad_compare_is_400(api: Api, compare: Any) -> None:
         {"key": b64("k")},
         {"op": "get"},
         {"op": "put", "key": b64("k"), "value": 5},
+        {"op": "incr", "key": b64("k"), "by": 1.5},
+        {"op": "incr", "key": b64("k"), "by": True},
         "put",
     ],
 )
@@ -658,6 +679,19 @@ def test_txn_bad_op_is_400(api: Api, branch: str, op: Any) -> None:
 )
 def test_txn_bad_base64_is_400(api: Api, body: Any) -> None:
     assert_error(api.txn(body), 400, "invalid_request")
+
+
+def test_txn_integral_numbers_with_a_fraction_part_are_integers(api: Api) -> None:
+    """JSON Schema (so the document) counts 2.0 as an integer: so does the node."""
+    key = b64(new_key("float"))
+    body = {
+        "compare": [{"key": key, "version": 0.0}],
+        "success": [{"op": "incr", "key": key, "by": 2.0}],
+    }
+    response = api.txn(body)
+    assert response.status == 200, response.body
+    answer = response.json()
+    assert answer["succeeded"] is True and answer["results"][0]["value"] == 2
 
 
 def test_txn_empty_key_is_invalid_key(api: Api) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 
 import pytest
 
@@ -76,6 +77,48 @@ def test_a_member_id_that_could_name_another_directory_is_refused(api: Api, memb
     assert_error(response, 400, "invalid_request")
     members = json.loads(api.call("GET", "/v1/cluster/members").body)["members"]
     assert len(members) == 3
+
+
+@pytest.mark.parametrize(
+    ("raft_address", "url"),
+    [
+        ("127.0.0.1:0080", "http://127.0.0.1:1"),  # the document's port has no leading 0
+        ("127.0.0.1:65536", "http://127.0.0.1:1"),
+        ("127.0.0.1:\u0663", "http://127.0.0.1:1"),  # an Arabic-Indic 3: a digit to isdigit()
+        ("a host:1", "http://127.0.0.1:1"),
+        ("127.0.0.1:1", "http://127.0.0.1:1/a b"),
+        ("127.0.0.1:1", "ftp://127.0.0.1:1"),
+    ],
+)
+def test_a_member_address_or_url_off_the_documented_pattern_is_refused(
+    api: Api, raft_address: str, url: str
+) -> None:
+    body = {"id": "n9", "raft_address": raft_address, "url": url}
+    response = api.call(
+        "POST",
+        "/v1/cluster/members",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert_error(response, 400, "invalid_request")
+    members = json.loads(api.call("GET", "/v1/cluster/members").body)["members"]
+    assert len(members) == 3
+
+
+def test_a_request_the_http_parser_refuses_is_a_json_400_and_no_error_log(api: Api) -> None:
+    """aiohttp's parser refuses these before any route; the answer is still JSON, and
+    the node logs it at debug level only, never an ERROR with a traceback (a stranger
+    must not fill the log; the last test here reads the logs)."""
+    request = b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX-Probe: a\x00b\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", api.leader.http_port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.split(b" ", 2)[1] == b"400", answer[:200]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["code"] == "invalid_request"
+    log = api.leader.log_path.read_text(errors="replace")
+    assert "Error handling request" not in log and "Traceback" not in log, log[-2000:]
 
 
 def test_the_node_serves_on_after_the_malformed_bodies(api: Api) -> None:

@@ -60,6 +60,8 @@ def test_bad_producer_headers_and_operations_are_refused_with_400(cluster: Local
         ("/v1/kv/k", b""),  # no op
         ("/v1/kv/k?op=incr&by=1x", b""),
         ("/v1/kv/k?op=incr&by=9223372036854775808", b""),
+        ("/v1/kv/k?op=append&by=false", b"x"),  # by is checked whatever the op
+        ("/v1/kv/k?op=incr&encoding=", b""),
     ):
         response = http("POST", url + path, body)
         assert response.status == 400 and response.json()["code"] == "invalid_request", path
@@ -69,6 +71,7 @@ def test_bad_producer_headers_and_operations_are_refused_with_400(cluster: Local
         b'{"other": 1}',
         b"{",
         b'{"transactional_id": ""}',
+        b'{"transactional_id": null}',  # given or absent: null is not a string
     ):
         response = http("POST", url + "/v1/producers", body)
         assert response.status == 400, body

@@ -127,6 +127,10 @@ async def test_an_audit_is_started_exported_and_downloaded(
     assert (await wait_done(server, second["audit_id"]))["buckets"] == 2  # two keys
     status, again, _, _ = await call(server, "POST", "/v1/audit", b'{"audit_id": "a1"}')
     assert (status, again["code"]) == (409, "audit_exists")
+    # JSON Schema counts 2.0 as an integer, and so does the node.
+    status, third, _, _ = await call(server, "POST", "/v1/audit", b'{"buckets": 2.0}')
+    assert status == 200, third
+    assert (await wait_done(server, third["audit_id"]))["buckets"] == 2
 
 
 @pytest.mark.asyncio
@@ -140,6 +144,9 @@ async def test_an_audit_is_started_exported_and_downloaded(
         (b'{"audit_id": ".."}', "invalid_audit_id"),
         (b'{"audit_id": "a/b"}', "invalid_audit_id"),
         (b'{"audit_id": ""}', "invalid_audit_id"),
+        (b'{"audit_id": null}', "invalid_audit_id"),
+        (b'{"buckets": null}', "invalid_buckets"),
+        (b'{"buckets": 2.5}', "invalid_buckets"),
         (b'{"buckets": 0}', "invalid_buckets"),
         (b'{"buckets": 1025}', "invalid_buckets"),
         (b'{"buckets": true}', "invalid_buckets"),

@@ -16,14 +16,24 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from http_api.app import build_app
-from http_api.encoding import PRODUCER_HEADERS
+from http_api.encoding import (
+    MAX_VERSION,
+    PRODUCER_HEADERS,
+    decode_base64url,
+    expected_version_from_headers,
+)
 from http_api.kv_api import SnapshotSource
 from http_api.openapi import openapi_document
-from node.keyspace import DEFAULT_MAX_VALUE_BYTES
-from node.service.kv import Consistency, ScanPage
+from node.errors import InvalidRequest
+from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
+from node.service.kv import Consistency, ScanPage, member_problem
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
@@ -273,3 +283,83 @@ def test_the_producer_headers_are_documented_on_every_write() -> None:
         assert set(PRODUCER_HEADERS) <= headers, (method, path)
         assert "Rkv-Duplicate" in operation["responses"]["200"]["headers"], (method, path)
         assert "409" in operation["responses"], (method, path)
+
+
+# -- the document and the server agree (findings of tests/cluster/test_fuzz_api.py) ----
+
+
+def component_validator(name: str) -> OAS31Validator:
+    document = openapi_document()
+    schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+    return OAS31Validator(schema)
+
+
+@pytest.mark.parametrize(
+    ("name", "answer"),
+    [
+        ("IncrResult", {"key": "MA==", "value": 5, "version": 3}),
+        ("AppendResult", {"key": "MA==", "size": 5, "version": 3}),
+        # The remembered answer to another kind of write under the same producer sequence.
+        ("IncrResult", {"key": "MA==", "value": None, "version": 3}),
+        ("AppendResult", {"key": "MA==", "size": None, "version": 3}),
+    ],
+)
+def test_read_modify_write_answers_match_their_schemas(name: str, answer: Any) -> None:
+    component_validator(name).validate(answer)
+
+
+def pattern_of(schema: dict[str, Any]) -> re.Pattern[str]:
+    return re.compile(schema["pattern"])
+
+
+def parameter(path: str, method: str, name: str) -> dict[str, Any]:
+    operation = openapi_document()["paths"][path][method]
+    found: dict[str, Any] = next(p for p in operation["parameters"] if p["name"] == name)
+    return found
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.text(alphabet='0123456789W/" x*', max_size=24))
+def test_if_match_is_accepted_exactly_as_its_pattern_says(text: str) -> None:
+    pattern = pattern_of(parameter("/v1/kv/{key}", "put", "If-Match")["schema"])
+    request = make_mocked_request("PUT", "/v1/kv/k", headers={"If-Match": text})
+    try:
+        version = expected_version_from_headers(request)
+    except InvalidRequest:
+        version = None
+    if pattern.fullmatch(text.strip()) is None:
+        assert version is None, text
+    else:  # within the pattern, only a number past 2**63 - 1 is refused
+        digits = int(text.strip().removeprefix("W/").strip('"'))
+        assert version == (digits if digits <= MAX_VERSION else None), text
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.text(alphabet="AZaz09_-+/=. ", max_size=14))
+def test_cursors_and_resume_keys_are_accepted_exactly_as_their_pattern_says(text: str) -> None:
+    pattern = pattern_of(parameter("/v1/kv", "get", "start_after")["schema"])
+    assert pattern_of(parameter("/v1/snapshot", "get", "after")["schema"]) == pattern
+    decoded = decode_base64url(text.encode())
+    assert (decoded is not None) == (pattern.fullmatch(text) is not None), text
+
+
+MEMBER_FIELDS = st.fixed_dictionaries(
+    {  # half of each field well-formed, half probably not
+        "id": st.from_regex(r"[A-Za-z0-9_.-]{1,4}", fullmatch=True)
+        | st.text(alphabet="n./\\ é\x00", max_size=4),
+        "raft_address": st.from_regex(r"[a-z0-9.\[\]:]{1,4}:[0-9]{1,6}", fullmatch=True)
+        | st.from_regex(r"[a-z :]{0,3}:[0-9\u0663 ]{0,3}", fullmatch=True),
+        "url": st.from_regex(r"https?://[a-z0-9:/]{1,6}", fullmatch=True)
+        | st.from_regex(r"(https?|ftp)://[a-z ,/]{0,4}", fullmatch=True),
+    }
+)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(MEMBER_FIELDS)
+def test_members_are_accepted_exactly_as_the_member_schema_says(member: dict[str, str]) -> None:
+    by_schema = component_validator("Member").is_valid(member)
+    fields = (member["id"], member["raft_address"], member["url"])
+    # What POST /v1/cluster/members checks (routes_node.py, then the service).
+    by_server = member_id_problem(member["id"]) is None and member_problem(*fields) is None
+    assert by_schema == by_server, member

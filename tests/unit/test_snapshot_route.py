@@ -105,6 +105,32 @@ async def test_the_snapshot_is_served_whole_with_its_headers(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("method", "query"),
+    [
+        ("GET", "transfer=%C3%BE"),  # a letter, but not an ASCII one
+        ("GET", "transfer=abc&after=a%2Fb"),  # not base64url
+        ("GET", "transfer=abc&after=A"),  # one character is no byte
+        ("GET", "after=AA"),  # a resume names its transfer
+        ("DELETE", "transfer=%C2%B2"),
+        ("DELETE", "transfer="),
+    ],
+)
+async def test_a_malformed_transfer_or_resume_key_is_a_400(
+    served: tuple[TestServer, GatedService], method: str, query: str
+) -> None:
+    server, _ = served
+    async with ClientSession() as session:
+        async with session.request(method, server.make_url(f"/v1/snapshot?{query}")) as r:
+            assert r.status == 400
+            body = await r.json()
+        assert body["code"] == "invalid_request" and body["message"]
+        async with session.get(server.make_url("/v1/snapshot")) as r:  # the slot is free
+            assert r.status == 200
+            await r.read()
+
+
+@pytest.mark.asyncio
 async def test_a_stalled_node_exports_nothing(
     served: tuple[TestServer, GatedService],
 ) -> None:

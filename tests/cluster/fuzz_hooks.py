@@ -1,0 +1,65 @@
+"""schemathesis hooks for tests/cluster/test_fuzz_api.py (loaded through fuzz_api.toml).
+
+map_case: the OpenAPI document states each parameter on its own; a few rules hold
+between parameters, which it can only say in prose. Without this hook most
+requests the fuzzer builds to follow the document would break one of those rules,
+get a 400, and never reach what they were meant to test. It completes or drops
+the one parameter that breaks a rule, in those requests only: a request made to
+break the document is sent as it was made.
+
+filter_case: a request that would change the cluster's membership is not sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+import schemathesis
+from schemathesis import Case, GenerationMode, HookContext
+
+from http_api.encoding import PRODUCER_HEADERS
+from node.service.kv import member_problem
+
+
+def _find(params: MutableMapping[str, Any], name: str) -> str | None:
+    return next((key for key in params if key.lower() == name.lower()), None)
+
+
+def _follow_header_rules(headers: MutableMapping[str, Any]) -> None:
+    # An idempotent write carries Rkv-Producer-Id, -Epoch and Rkv-Sequence all three or
+    # none: complete a partial set (0 is a well-formed value of each).
+    present = [_find(headers, name) for name in PRODUCER_HEADERS]
+    if any(present) and not all(present):
+        for name, key in zip(PRODUCER_HEADERS, present, strict=True):
+            if key is None:
+                headers[name] = "0"
+    # If-Match or If-None-Match, not both: keep If-Match.
+    none_match = _find(headers, "If-None-Match")
+    if none_match is not None and _find(headers, "If-Match") is not None:
+        del headers[none_match]
+
+
+@schemathesis.hook
+def map_case(context: HookContext, case: Case[Any]) -> Case[Any]:
+    if case.meta is None or case.meta.generation.mode is not GenerationMode.POSITIVE:
+        return case
+    if case.headers:
+        _follow_header_rules(case.headers)
+    # GET /v1/snapshot: after= resumes a transfer, so it needs transfer=.
+    if case.operation.path == "/v1/snapshot" and case.query and "transfer" not in case.query:
+        case.query.pop("after", None)
+    return case
+
+
+@schemathesis.hook
+def filter_case(context: HookContext, case: Case[Any]) -> bool:
+    # A member the node accepts would join as a voter that never starts: a few of them
+    # and the cluster loses its quorum for the requests after. (A request made to break
+    # the document may break it elsewhere than in its body.)
+    if case.operation.method.upper() == "POST" and case.operation.path == "/v1/cluster/members":
+        body = case.body
+        if isinstance(body, dict):
+            fields = (body.get(name) for name in ("id", "raft_address", "url"))
+            return member_problem(*fields) is not None
+    return True

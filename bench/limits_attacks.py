@@ -43,7 +43,7 @@ from bench.limits_wire import (
     raw_exchange,
     sources,
 )
-from http_api.app import MIN_BODY_LIMIT
+from http_api.request_size import MIN_BODY_LIMIT
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 
 TXN_THREADS = 4

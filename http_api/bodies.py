@@ -30,15 +30,17 @@ async def read_body(request: web.Request) -> bytes:
             return await request.read()
     except TimeoutError:
         request.content.feed_eof()  # nothing more is read; the answer closes the connection
-        raise RequestTimeout(
-            f"the body did not arrive within {timeout:g} s (--http-read-timeout)"
-        ) from None
+        late = RequestTimeout(f"the body did not arrive within {timeout:g} s (--http-read-timeout)")
+        late.close_connection = True
+        raise late from None
     except (HttpProcessingError, RequestPayloadError) as exc:
         # The rest of the body cannot be read either: mark it ended, so that aiohttp
         # does not try to drain it after the answer (and log the same error again).
         request.content.feed_eof()
         message = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
-        raise InvalidRequest(f"the body cannot be read: {message.strip()}") from None
+        unreadable = InvalidRequest(f"the body cannot be read: {message.strip()}")
+        unreadable.close_connection = True  # where the next request starts is unknown
+        raise unreadable from None
 
 
 async def read_json(request: web.Request, what: str = "a JSON object") -> Any:

@@ -101,8 +101,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except RequestError as error:
         response = error_response(error, request.path_qs)
-        if isinstance(error, RequestTimeout):
-            response.force_close()  # the rest of the request may still be on its way
+        if error.close_connection:
+            response.force_close()  # the rest of the request cannot be read
         return response
     except web.HTTPException as exc:
         if exc.status < 400:

@@ -119,7 +119,7 @@ async def _send(
         while chunk := await asyncio.to_thread(source.read, _CHUNK_BYTES):
             await write_or_give_up(request, response, chunk, stall_timeout)
         await response.write_eof()
-    except ConnectionResetError:
+    except ConnectionError:  # reset, or lost mid-write ("Connection lost")
         logger.info("an audit file download ended early: the client went away")
     return response
 

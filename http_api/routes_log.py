@@ -60,7 +60,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
                     break
                 await write_or_give_up(request, response, chunk, kv.stall_timeout)
             await response.write_eof()
-        except ConnectionResetError:
+        except ConnectionError:  # reset, or lost mid-write ("Connection lost")
             logger.info("a log range download ended early: the client went away")
         return response
 

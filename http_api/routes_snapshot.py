@@ -152,7 +152,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
                 await write_or_give_up(request, response, chunk, kv.stall_timeout)
             await response.write_eof()
             return response
-        except ConnectionResetError:
+        except ConnectionError:  # reset, or lost mid-write ("Connection lost")
             logger.info("a snapshot download ended early: the client went away")
             return response  # its connection is gone: nothing more to send
         except asyncio.CancelledError:

@@ -106,6 +106,8 @@ class RequestError(RkvError):
     code = "request_error"
     duplicate = False
     """Set when this is the remembered outcome of an idempotent producer's retry."""
+    close_connection = False
+    """Set when the rest of the request cannot be read: the answer closes the connection."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)

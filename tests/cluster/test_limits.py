@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from urllib.parse import quote, urlsplit
@@ -121,3 +122,26 @@ def test_a_snapshot_reader_that_reads_nothing_is_cut_and_the_slot_freed(
         stuck.close()
     log = leader.log_path.read_text(errors="replace")
     assert "read nothing" in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_snapshot_reader_that_hangs_up_mid_download_is_no_error(limited: LocalCluster) -> None:
+    leader = limited.leader()
+    for i in range(8):
+        answer = http("PUT", f"{leader.url}/v1/kv/hangup/{i}", bytes([65 + i]) * 1024 * 1024)
+        assert answer.status == 200, answer.body
+    parts = urlsplit(leader.url)
+    assert parts.hostname is not None and parts.port is not None
+    for reset in (False, True, False, True):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((parts.hostname, parts.port))
+        sock.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.recv(1024)  # the download has begun
+        time.sleep(0.5)  # reads no more: the node waits for the socket to drain
+        if reset:  # hang up with a reset, as a killed client does; else a plain close
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    whole = http("GET", f"{leader.url}/v1/snapshot", timeout=30)  # the slot is free again
+    assert whole.status == 200, whole.body[:300]
+    log = leader.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]

@@ -49,6 +49,25 @@ def test_a_body_that_is_not_what_its_content_encoding_says_is_invalid_request(
     assert_error(response, 400, "invalid_request")
 
 
+def test_a_body_that_does_not_decode_closes_its_keep_alive_connection(api: Api) -> None:
+    """Where the next request would start is unknown: the 400 closes the connection
+    instead of leaving it open and serving nothing (a client's next request hung)."""
+    body = b"this is not gzip at all" * 10
+    head = (
+        f"PUT {kv_path(new_key('gz'))} HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: keep-alive\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", api.leader.http_port), timeout=10) as sock:
+        sock.sendall(head + body)
+        answer = b""
+        while chunk := sock.recv(65536):  # ends: the node closed the connection
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"400", answer[:300]
+    assert b"Connection: close" in rest, answer[:300]
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["code"] == "invalid_request"
+
+
 def test_a_gzip_body_that_is_gzip_is_read(api: Api) -> None:
     key = new_key("gz")
     headers = {"Content-Encoding": "gzip"}

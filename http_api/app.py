@@ -14,6 +14,7 @@ from http_api import (
     routes_watch,
     routes_writes,
 )
+from http_api.body_budget import BUDGET, BodyBudget, hold_body_bytes
 from http_api.connections import LIMITS, HttpLimits, request_bounds
 from http_api.errors import error_middleware
 from http_api.kv_api import KvApi
@@ -28,11 +29,16 @@ def build_app(
 ) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
     app = web.Application(
-        middlewares=[request_bounds, error_middleware],
+        middlewares=[request_bounds, error_middleware, hold_body_bytes],
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
-    app[LIMITS] = limits or HttpLimits()
+    app[LIMITS] = limits = limits or HttpLimits()
+    app[BUDGET] = BodyBudget(
+        limits.max_body_bytes_in_flight,
+        body_limit(service.max_value_bytes),
+        wait=limits.read_timeout / 2,
+    )
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)

@@ -47,6 +47,7 @@ class HttpLimits:
     idle_timeout: float = 60.0
     max_watches: int = 512
     max_watches_per_address: int = 128
+    max_body_bytes_in_flight: int = 256 * 1024 * 1024
 
 
 LINGER_SECONDS = 1.0

@@ -44,6 +44,7 @@ DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 256
 DEFAULT_HTTP_READ_TIMEOUT = 30.0  # seconds a request's head, then its body, may take to arrive
 DEFAULT_MAX_WATCHES = 512
+DEFAULT_MAX_BODY_BYTES_IN_FLIGHT = 256 * 1024 * 1024  # request bodies being served at once
 DEFAULT_MAX_WATCHES_PER_ADDRESS = 128
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
@@ -71,6 +72,7 @@ class NodeConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
     max_watches: int = DEFAULT_MAX_WATCHES
+    max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT
     max_watches_per_address: int = DEFAULT_MAX_WATCHES_PER_ADDRESS
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
@@ -234,6 +236,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_MAX_CONNECTIONS_PER_ADDRESS})",
     )
     add(
+        "--max-body-bytes-in-flight",
+        help="bytes of request bodies this node serves at once (a request waits for its "
+        "share up to half --http-read-timeout, then 503 overloaded); at least the body "
+        "limit "
+        f"(RKV_MAX_BODY_BYTES_IN_FLIGHT, {DEFAULT_MAX_BODY_BYTES_IN_FLIGHT >> 20} MiB)",
+    )
+    add(
         "--max-watches",
         help=f"open /v1/watch streams on this node (RKV_MAX_WATCHES, {DEFAULT_MAX_WATCHES})",
     )
@@ -394,6 +403,30 @@ def _transport_limits(
     )
 
 
+def _connection_caps(
+    args: argparse.Namespace, env: Mapping[str, str], max_value_bytes: int
+) -> list[int]:
+    """--max-connections, -per-address, --max-watches, -per-address and
+    --max-body-bytes-in-flight, in that order."""
+    caps = [
+        _positive_int(_value(args, env, name), "--" + name.replace("_", "-"), default)
+        for name, default in (
+            ("max_connections", DEFAULT_MAX_CONNECTIONS),
+            ("max_connections_per_address", DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
+            ("max_watches", DEFAULT_MAX_WATCHES),
+            ("max_watches_per_address", DEFAULT_MAX_WATCHES_PER_ADDRESS),
+            ("max_body_bytes_in_flight", DEFAULT_MAX_BODY_BYTES_IN_FLIGHT),
+        )
+    ]
+    largest = body_limit(max_value_bytes)
+    if caps[4] < largest:
+        raise ConfigError(
+            "--max-body-bytes-in-flight must be at least the largest request body, "
+            f"{largest} (twice --max-value-bytes + 64 KiB, or 16 MiB), not {caps[4]}"
+        )
+    return caps
+
+
 def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> NodeConfig:
     env = os.environ if env is None else env
     node_id = _required(_value(args, env, "node_id") or env.get("RKV_ID"), "--id", "ID")
@@ -489,15 +522,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     http_read_timeout = _positive_float(
         _value(args, env, "http_read_timeout"), "--http-read-timeout", DEFAULT_HTTP_READ_TIMEOUT
     )
-    connection_caps = [
-        _positive_int(_value(args, env, name), "--" + name.replace("_", "-"), default)
-        for name, default in (
-            ("max_connections", DEFAULT_MAX_CONNECTIONS),
-            ("max_connections_per_address", DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
-            ("max_watches", DEFAULT_MAX_WATCHES),
-            ("max_watches_per_address", DEFAULT_MAX_WATCHES_PER_ADDRESS),
-        )
-    ]
+    connection_caps = _connection_caps(args, env, storage.max_value_bytes)
     max_page_bytes = _positive_int(
         _value(args, env, "max_page_bytes"), "--max-page-bytes", DEFAULT_MAX_PAGE_BYTES
     )
@@ -552,6 +577,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         max_connections_per_address=connection_caps[1],
         max_watches=connection_caps[2],
         max_watches_per_address=connection_caps[3],
+        max_body_bytes_in_flight=connection_caps[4],
         max_txn_ops=max_txn_ops,
         max_page_bytes=max_page_bytes,
         max_txn_result_bytes=max_txn_result_bytes,

@@ -109,6 +109,7 @@ async def serve(
             idle_timeout=config.http_idle_timeout,
             max_watches=config.max_watches,
             max_watches_per_address=config.max_watches_per_address,
+            max_body_bytes_in_flight=config.max_body_bytes_in_flight,
         )
         http = HttpServer(service, config.http_host, config.http_port, audits, limits)
         await http.start()

@@ -24,6 +24,8 @@ MAX_CONNECTIONS = 40
 PER_ADDRESS = 10
 MAX_WATCHES = 6
 WATCHES_PER_ADDRESS = 3
+BODY_LIMIT = 16 * 1024 * 1024  # the largest request body at the default --max-value-bytes
+BODY_BUDGET = BODY_LIMIT + 64 * 1024  # the least --max-body-bytes-in-flight takes
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +38,7 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "--max-connections-per-address", str(PER_ADDRESS),
             "--max-watches", str(MAX_WATCHES),
             "--max-watches-per-address", str(WATCHES_PER_ADDRESS),
+            "--max-body-bytes-in-flight", str(BODY_BUDGET),
         ],
     )  # fmt: skip
     try:
@@ -220,3 +223,31 @@ def test_a_line_too_long_and_garbage_are_answered_in_json(capped: LocalCluster) 
     assert json.loads(raw)["code"] == "invalid_request"
     log = capped.nodes[0].log_path.read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_request_bodies_in_flight_are_bounded_in_bytes(capped: LocalCluster) -> None:
+    leader = capped.leader()
+    host, port = _address(leader.url)
+    # A request announcing the largest body, which it sends slowly: it holds its share.
+    holder = HTTPConnection(host, port, timeout=30)
+    holder.putrequest("POST", "/v1/txn")  # a txn body may be as large as the limit
+    holder.putheader("Content-Length", str(BODY_LIMIT))
+    holder.endheaders(b"x" * 1000)
+    time.sleep(0.3)
+    try:
+        # Another 100 KB body does not fit beside it: it waits, then 503 overloaded.
+        second = http("PUT", f"{leader.url}/v1/kv/budget-second", b"y" * 100_000, timeout=30)
+        assert second.status == 503, second.body
+        body = second.json()
+        assert body["code"] == "overloaded", body
+        assert "--max-body-bytes-in-flight" in body["message"]
+        assert second.headers.get("Retry-After") == "1"
+        # Reads carry no body: they are served meanwhile.
+        assert http("GET", f"{leader.url}/v1/status").status == 200
+        answer = holder.getresponse()  # its body never came: 408, and its share is free
+        assert answer.status == 408
+    finally:
+        holder.close()
+    third = http("PUT", f"{leader.url}/v1/kv/budget-third", b"z" * 100_000, timeout=30)
+    assert third.status == 200, third.body
+    assert http("GET", f"{leader.url}/v1/kv/budget-second").status == 404

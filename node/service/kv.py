@@ -44,6 +44,7 @@ from node.errors import (
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
 from node.service.pace import Pace
+from node.service.txn_reads import returns_over
 from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
 from node.snapshot.stream import SnapshotStream
 from node.state.commands import (
@@ -313,7 +314,24 @@ class KvService:
         every replica refuses it the same way when its gets would return more."""
         if txn.reads and self._max_txn_result_bytes is not None:
             txn = txn._replace(max_result_bytes=self._max_txn_result_bytes)
+            self._refuse_plain_oversized_reads(txn, self._max_txn_result_bytes)
         return await self.write(txn, producer)
+
+    def _refuse_plain_oversized_reads(self, txn: Txn, limit: int) -> None:
+        """Refuse before the log a txn whose gets would return more than ``limit`` in
+        either branch as this node's state stands (what the state machine would answer,
+        without a raft round and an apply on every replica). Only the keys no earlier op
+        of the branch writes are counted, so what is refused here would be refused
+        there too unless those keys shrink meanwhile; the state machine decides."""
+        # Without compares the success branch runs; with them, either may.
+        branches = (txn.success, txn.failure) if txn.compares else (txn.success,)
+        with self._store.reader() as view:
+            if all(returns_over(branch, view, limit) for branch in branches):
+                raise PayloadTooLarge(
+                    f"the txn's gets would return more than {limit} bytes of keys and values "
+                    "(--max-txn-result-bytes); read fewer keys per txn",
+                    code=ResultCode.TXN_RESULT_TOO_LARGE.value,
+                )
 
     async def write(
         self, command: ProducibleCommand, producer: ProducerTag | None = None

@@ -75,6 +75,28 @@ def test_a_txn_of_gets_of_a_large_value_is_refused_and_writes_nothing(
     for node in cluster.nodes:
         got = http("GET", f"{node.url}/v1/kv/hostile/written?consistency=stale")
         assert got.status == 404, (node.node_id, got.status)
+    # With only reads, a txn the node can tell is over the bound is refused before the
+    # log: no raft round, no apply on every replica.
+    reads_only = {"success": [{"op": "get", "key": _b64(b"big")}] * 1000}
+    status = leader.status()
+    assert status is not None
+    before = status["proposals"]["commands_submitted"]
+    answer = http("POST", f"{leader.url}/v1/txn", json.dumps(reads_only).encode(), timeout=60)
+    assert answer.status == 413 and answer.json()["code"] == "txn_result_too_large"
+    status = leader.status()
+    assert status is not None and status["proposals"]["commands_submitted"] == before
+    # One the node cannot tell in advance (either branch may run) goes through the log,
+    # and every replica's state machine refuses it alike, writing nothing.
+    either = {
+        "compare": [{"key": _b64(b"big"), "exists": True}],
+        "success": [
+            {"op": "put", "key": _b64(b"hostile/written"), "value": _b64(b"x")},
+            *[{"op": "get", "key": _b64(b"big")}] * 1000,
+        ],
+    }
+    answer = http("POST", f"{leader.url}/v1/txn", json.dumps(either).encode(), timeout=60)
+    assert answer.status == 413 and answer.json()["code"] == "txn_result_too_large"
+    assert http("GET", f"{leader.url}/v1/kv/hostile/written").status == 404
     # Under the bound the same reads are answered, with every value.
     fits = {"success": [{"op": "get", "key": _b64(b"big")}] * 100}
     answer = http("POST", f"{leader.url}/v1/txn", json.dumps(fits).encode(), timeout=60)

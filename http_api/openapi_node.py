@@ -12,6 +12,15 @@ from http_api.routes_snapshot import TRANSFER_ID_PATTERN
 _TRANSFER_ID = {"type": "string", "pattern": TRANSFER_ID_PATTERN}
 
 
+MEMBER_ID = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+    "description": "The member's id.",
+}
+
+
 def node_paths() -> dict[str, Any]:
     return {
         "/v1/status": {
@@ -294,15 +303,7 @@ def node_paths() -> dict[str, Any]:
         "/v1/cluster/members/{id}": {
             "delete": {
                 "summary": "Remove a voting member (on the leader; one change at a time)",
-                "parameters": [
-                    {
-                        "name": "id",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                        "description": "The member's id.",
-                    }
-                ],
+                "parameters": [MEMBER_ID],
                 "responses": {
                     "200": json_content({"$ref": "#/components/schemas/MemberChange"}, "Removed"),
                     **errors(307, 404, 409, 503),
@@ -313,15 +314,7 @@ def node_paths() -> dict[str, Any]:
                 "description": "Clients are redirected to a member's url and members "
                 "download catch-up state from it, so a node serving on a non-loopback "
                 "address refuses this (403 auth_required) until authentication exists.",
-                "parameters": [
-                    {
-                        "name": "id",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                        "description": "The member's id.",
-                    }
-                ],
+                "parameters": [MEMBER_ID],
                 "requestBody": {
                     "required": True,
                     "content": {

@@ -403,6 +403,21 @@ def _transport_limits(
     )
 
 
+def _max_entry_bytes(args: argparse.Namespace, env: Mapping[str, str], max_value: int) -> int:
+    """--max-entry-bytes: what group commit puts in an entry, and the most keys and
+    values one transaction may carry (it must fit in an entry)."""
+    one_put = max_value + MAX_KEY_BYTES + 64  # a single write always fits in an entry
+    max_entry_bytes = _positive_int(
+        _value(args, env, "max_entry_bytes"), "--max-entry-bytes", max(4 * 2**20, one_put)
+    )
+    if max_entry_bytes < one_put:
+        raise ConfigError(
+            f"--max-entry-bytes must be at least --max-value-bytes + {MAX_KEY_BYTES + 64} "
+            f"(one write of the largest key and value), not {max_entry_bytes}"
+        )
+    return max_entry_bytes
+
+
 def _connection_caps(
     args: argparse.Namespace, env: Mapping[str, str], max_value_bytes: int
 ) -> list[int]:
@@ -461,9 +476,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             DEFAULT_RESULTS_CACHE_BYTES,
         ),
     )
-    max_entry_bytes = _positive_int(
-        _value(args, env, "max_entry_bytes"), "--max-entry-bytes", 4 * 2**20
-    )
+    max_entry_bytes = _max_entry_bytes(args, env, max_value)
     me = Member(node_id, raft_text, advertise)
     raft = RaftConfig(
         self_member=me,

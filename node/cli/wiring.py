@@ -90,6 +90,7 @@ async def serve(
             producer_count=machine.known_producer_count,
             transfer_rate_bytes=config.transfer_rate_bytes,
             max_txn_ops=config.max_txn_ops,
+            max_txn_bytes=config.raft.max_entry_bytes,
             max_page_bytes=config.max_page_bytes,
             max_txn_result_bytes=config.max_txn_result_bytes,
             stall_timeout=config.transfer_idle_timeout,

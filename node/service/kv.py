@@ -59,6 +59,7 @@ from node.state.commands import (
     ProducibleCommand,
     Put,
     Txn,
+    payload_bytes,
 )
 from node.state.producers import (
     DEFAULT_EXPIRY_MS,
@@ -214,6 +215,7 @@ class KvService:
         max_txn_ops: int = MAX_TXN_OPS,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
         max_txn_result_bytes: int | None = None,
+        max_txn_bytes: int | None = None,
         stall_timeout: float = 30.0,
         member_url_changes: bool = True,
     ) -> None:
@@ -234,6 +236,7 @@ class KvService:
         self._max_txn_ops = max_txn_ops
         self._max_page_bytes = max_page_bytes
         self._max_txn_result_bytes = max_txn_result_bytes
+        self._max_txn_bytes = max_txn_bytes
         self._read_wait_timeout = read_wait_timeout
 
     @property
@@ -312,6 +315,14 @@ class KvService:
 
         A txn that reads carries this node's --max-txn-result-bytes in its entry:
         every replica refuses it the same way when its gets would return more."""
+        size = payload_bytes(txn)
+        if self._max_txn_bytes is not None and size > self._max_txn_bytes:
+            raise PayloadTooLarge(
+                f"the transaction carries {size} bytes of keys and values; one holds at most "
+                f"{self._max_txn_bytes} (--max-entry-bytes: it must fit in one raft entry); "
+                "split it",
+                code="txn_too_large",
+            )
         if txn.reads and self._max_txn_result_bytes is not None:
             txn = txn._replace(max_result_bytes=self._max_txn_result_bytes)
             self._refuse_plain_oversized_reads(txn, self._max_txn_result_bytes)
@@ -627,6 +638,7 @@ class KvService:
         # their transactions instead of learning it from a 413.
         status["limits"] = {
             "max_txn_ops": self._max_txn_ops,
+            "max_txn_bytes": self._max_txn_bytes,
             "max_value_bytes": self._max_value_bytes,
             "max_page_bytes": self._max_page_bytes,
         }

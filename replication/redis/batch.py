@@ -51,8 +51,9 @@ TXN_OVERHEAD = 3
 """What a commit adds to its writes: the compare, the checkpoint put, the failure get."""
 MIN_TXN_OPS = 16
 """The smallest --max-txn-ops the replicator works with."""
-MAX_BATCH_BYTES = 6 * 1024 * 1024
-"""Keys and values per transaction (the JSON body, base64, stays under 16 MiB)."""
+MAX_BATCH_BYTES = 3 * 1024 * 1024
+"""Keys and values per transaction: under the nodes' --max-entry-bytes (4 MiB by
+default), the most a transaction may carry (a larger one is 413 txn_too_large)."""
 _READS_PER_TXN = 5000
 _SCAN_PAGE = 1000
 CACHE_ENTRIES = 200_000
@@ -157,10 +158,17 @@ class RkvStore:
     def write(self, changes: dict[bytes, bytes | None]) -> None:
         """Idempotent writes outside any checkpoint (garbage collection, a load's
         clean-up): plain puts and deletes, no guard."""
-        ops = [_op(key, value) for key, value in changes.items()]
-        step = self.max_txn_ops
-        for start in range(0, len(ops), step):
-            self._txn({"success": ops[start : start + step]})
+        chunk: list[dict[str, Any]] = []
+        size = 0
+        for key, value in changes.items():
+            weight = len(key) + (0 if value is None else len(value))
+            if chunk and (len(chunk) >= self.max_txn_ops or size + weight > MAX_BATCH_BYTES):
+                self._txn({"success": chunk})
+                chunk, size = [], 0
+            chunk.append(_op(key, value))
+            size += weight
+        if chunk:
+            self._txn({"success": chunk})
 
     def write_guarded(self, changes: dict[bytes, bytes | None], expected_version: int) -> None:
         """Write ``changes`` in one transaction if the checkpoint's version is still

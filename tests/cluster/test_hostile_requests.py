@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -149,3 +150,25 @@ def test_concurrent_scans_of_large_values_stay_within_the_page_bound(
     print(f"follower RSS before {before / MiB:.0f} MiB, peak growth {growth / MiB:.0f} MiB")
     assert growth < GROWTH_BOUND, growth
     bystander.check(cluster)
+
+
+def test_a_txn_carrying_more_than_one_raft_entry_is_refused_before_the_log(
+    cluster: LocalCluster,
+) -> None:
+    """A 12 MiB txn of random values made one 12 MiB raft entry: every replica held
+    several copies of it at once and the leader's answer came after the election it
+    caused. A txn must fit in one entry (--max-entry-bytes, 4 MiB)."""
+    leader = cluster.leader()
+    values = [base64.b64encode(os.urandom(MiB)).decode() for _ in range(5)]
+    ops = [
+        {"op": "put", "key": _b64(f"entry/{i}".encode()), "value": v} for i, v in enumerate(values)
+    ]
+    too_big = http("POST", f"{leader.url}/v1/txn", json.dumps({"success": ops}).encode())
+    assert too_big.status == 413, too_big.body[:300]
+    error = too_big.json()
+    assert error["code"] == "txn_too_large" and "--max-entry-bytes" in error["message"]
+    assert http("GET", f"{leader.url}/v1/kv/entry/0").status == 404
+    fits = http("POST", f"{leader.url}/v1/txn", json.dumps({"success": ops[:3]}).encode())
+    assert fits.status == 200, fits.body[:300]
+    status = leader.status()
+    assert status is not None and status["limits"]["max_txn_bytes"] == 4 * MiB

@@ -84,6 +84,7 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         ([*BASE, "--http-idle-timeout", "0"], SECRET, "--http-idle-timeout must be positive"),
         ([*BASE, "--compaction-min-dirty-ratio", "2"], SECRET, "must be from 0 to 1"),
         ([*BASE, "--max-txn-result-bytes", "1052671"], SECRET, "one get of the largest"),
+        ([*BASE, "--max-entry-bytes", "1048576"], SECRET, "one write of the largest"),
         ([*BASE, "--max-producers", "0"], SECRET, "--max-producers must be a positive"),
         ([*BASE, "--producer-sweep-slice", "x"], SECRET, "--producer-sweep-slice must be"),
         ([*BASE, "--audit-keep", "0"], SECRET, "--audit-keep must be a positive"),

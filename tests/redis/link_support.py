@@ -29,6 +29,7 @@ import hiredis
 import pytest
 
 from tests.redis.resp_client import RespClient
+from tests.support.processes import memory_bytes
 
 REDIS_SERVER = "/usr/bin/redis-server"
 
@@ -293,10 +294,8 @@ class PeakRss:
 
     def read(self) -> int:
         """The peak so far, in bytes (the last value read once the process is gone)."""
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    self.peak = int(line.split()[1]) * 1024
+        with contextlib.suppress(OSError, LookupError):
+            self.peak = memory_bytes(self.pid, "VmHWM")
         return self.peak
 
     def _sample(self) -> None:

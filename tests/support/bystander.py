@@ -12,25 +12,21 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
 from tests.support.cluster import LocalCluster, http, wait_until
+from tests.support.processes import memory_bytes
 
 DOCUMENTED_REFUSALS = (429, 503)
 
 
-def rss_bytes(pid: int, field_name: str = "VmRSS") -> int:
-    """A process's resident memory (``VmHWM``: its peak so far) from /proc, in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1]) * 1024
-    raise LookupError(f"no {field_name} for pid {pid}")
+def rss_bytes(pid: int) -> int:
+    return memory_bytes(pid, "VmRSS")
 
 
 def peak_rss(pid: int) -> int:
-    return rss_bytes(pid, "VmHWM")
+    return memory_bytes(pid, "VmHWM")
 
 
 @dataclass

@@ -13,11 +13,12 @@ import socket
 import struct
 import time
 import zlib
-from pathlib import Path
 from typing import Any
 
 import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj.encryptor import getEncryptor
+
+from tests.support.processes import memory_bytes
 
 LENGTH = struct.Struct("i")
 LARGEST_LENGTH = 2**31 - 1  # what a 4-byte signed length can announce: 2 GiB
@@ -100,10 +101,10 @@ def push_until_closed(
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    try:
+        return memory_bytes(pid) / 2**20
+    except LookupError:
+        return float("nan")
 
 
 def open_fds(pid: int) -> int:

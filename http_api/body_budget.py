@@ -35,11 +35,9 @@ class BodyBudget:
 
     def share(self, request: web.Request) -> int:
         """What ``request`` reserves: its declared length, the body limit if chunked."""
-        if request.method in ("GET", "HEAD", "OPTIONS", "DELETE") and not request.body_exists:
+        if not request.body_exists:
             return 0
-        if request.content_length is not None:
-            return min(request.content_length, self.body_limit)
-        return self.body_limit if request.body_exists else 0
+        return min(request.content_length or self.body_limit, self.body_limit)
 
     async def reserve(self, size: int) -> None:
         """Wait for ``size`` bytes of the budget; Overloaded after ``wait`` seconds."""

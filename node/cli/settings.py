@@ -298,29 +298,27 @@ def _positive_int(text: str | None, what: str, default: int) -> int:
     return int(text)
 
 
-def _positive_float(text: str | None, what: str, default: float) -> float:
+def _seconds(text: str | None, what: str, default: float, zero_allowed: bool) -> float:
+    """A number of seconds; with ``zero_allowed``, 0 means no limit."""
     if text is None:
         return default
     try:
         value = float(text)
     except ValueError:
         raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
-    if value <= 0:
+    if zero_allowed and not 0 <= value < float("inf"):
+        raise ConfigError(f"{what} must be 0 (no limit) or positive, not {text!r}")
+    if not zero_allowed and value <= 0:
         raise ConfigError(f"{what} must be positive, not {text!r}")
     return value
 
 
+def _positive_float(text: str | None, what: str, default: float) -> float:
+    return _seconds(text, what, default, zero_allowed=False)
+
+
 def _seconds_or_zero(text: str | None, what: str, default: float) -> float:
-    """A number of seconds, 0 meaning no limit."""
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{what} must be a number of seconds, not {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise ConfigError(f"{what} must be 0 (no limit) or positive, not {text!r}")
-    return value
+    return _seconds(text, what, default, zero_allowed=True)
 
 
 def _ratio(text: str | None, what: str, default: float) -> float:

@@ -15,8 +15,9 @@ from http_api import (
     routes_writes,
 )
 from http_api.body_budget import BUDGET, BodyBudget, hold_body_bytes
-from http_api.connections import LIMITS, HttpLimits, request_bounds
+from http_api.connections import LIMITS, HttpLimits, request_bounds, share_the_loop
 from http_api.errors import error_middleware
+from http_api.fair_share import SHARES, FairShare
 from http_api.kv_api import KvApi
 from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
@@ -29,11 +30,12 @@ def build_app(
 ) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
     app = web.Application(
-        middlewares=[request_bounds, error_middleware, hold_body_bytes],
+        middlewares=[request_bounds, share_the_loop, error_middleware, hold_body_bytes],
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
     app[LIMITS] = limits = limits or HttpLimits()
+    app[SHARES] = FairShare(limits.fair_share_busy)
     app[BUDGET] = BodyBudget(
         limits.max_body_bytes_in_flight,
         body_limit(service.max_value_bytes),

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from node.errors import Overloaded
+from node.errors import Overloaded, PayloadTooLarge
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -70,6 +70,14 @@ BUDGET: web.AppKey[BodyBudget] = web.AppKey("body_budget", BodyBudget)
 async def hold_body_bytes(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Reserve the request's body bytes for as long as it is being served."""
     budget = request.app.get(BUDGET)
+    declared = request.content_length
+    if budget is not None and declared is not None and declared > budget.body_limit:
+        # Refused on its declared length, before a byte of it is read.
+        too_large = PayloadTooLarge(
+            f"the body is {declared} bytes; this node reads at most {budget.body_limit}"
+        )
+        too_large.close_connection = True  # its body is left unread
+        raise too_large
     size = 0 if budget is None else budget.share(request)
     if budget is None or size == 0:
         return await handler(request)

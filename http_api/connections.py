@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -31,6 +32,8 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web_protocol import RequestHandler
+
+from http_api.fair_share import SHARES, FairShare, metered
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class HttpLimits:
     max_watches: int = 512
     max_watches_per_address: int = 128
     max_body_bytes_in_flight: int = 256 * 1024 * 1024
+    fair_share_busy: float = 0.2  # node/cli/settings.py DEFAULT_FAIR_SHARE_BUSY
 
 
 LINGER_SECONDS = 1.0
@@ -63,6 +67,8 @@ class ConnectionCounts:
     """Open connections, in all and by client address (the event loop's thread only)."""
 
     limits: HttpLimits
+    shares: FairShare | None = None
+    """The loop's time by client address (http_api/fair_share.py), if shared."""
     total: int = 0
     by_address: Counter[str] = field(default_factory=Counter)
     lingering: int = 0
@@ -116,6 +122,7 @@ class GuardedHandler(RequestHandler):
         "_in_request",
         "_lingers",
         "_refused",
+        "_resume_timer",
         "_timeout",
     )
 
@@ -128,8 +135,29 @@ class GuardedHandler(RequestHandler):
         self._head_timer: asyncio.TimerHandle | None = None
         self._in_request = False
         self._timeout = counts.limits.read_timeout
+        self._resume_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        start = time.perf_counter()
+        try:
+            self._connection_made(transport)
+        finally:
+            self._charge(start)
+
+    def _charge(self, start: float) -> None:
+        shares = self._counts.shares
+        if shares is not None and self._address:
+            shares.charge(self._address, time.perf_counter() - start)
+
+    async def start(self) -> None:
+        """aiohttp's per-connection task (parsing, answering), its time metered."""
+        shares = self._counts.shares
+        if shares is None:
+            await super().start()
+        else:
+            await metered(super().start(), shares, self._address)
+
+    def _connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         self._address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         refusal = self._counts.refusal(self._address)
@@ -149,23 +177,60 @@ class GuardedHandler(RequestHandler):
             self._loop.call_later(LINGER_SECONDS, transport.close)
             return
         self._counts.opened(self._address)
+        if self._counts.shares is not None:
+            self._counts.shares.connected(self._address)
         super().connection_made(transport)
+        self._hold_if_over_share()
+
+    def _hold_if_over_share(self) -> None:
+        """A new connection from an address over its share of the loop is not read
+        until the share has decayed (a flood of new connections costs nothing)."""
+        shares = self._counts.shares
+        transport = self.transport
+        if shares is None or transport is None or transport.is_closing():
+            return
+        wait = shares.wait_seconds(self._address)
+        if wait <= 0:
+            return
+        if self._resume_timer is None:
+            shares.waits += 1
+            transport.pause_reading()
+        self._resume_timer = self._loop.call_later(wait, self._resume_when_under_share)
+
+    def _resume_when_under_share(self) -> None:
+        self._resume_timer = None
+        shares = self._counts.shares
+        transport = self.transport
+        if shares is None or transport is None or transport.is_closing():
+            return
+        wait = shares.wait_seconds(self._address)
+        if wait > 0:
+            self._resume_timer = self._loop.call_later(wait, self._resume_when_under_share)
+            return
+        transport.resume_reading()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._refused:
             if self._lingers:
                 self._counts.lingering -= 1
             return
+        start = time.perf_counter()
         self._cancel_head_timer()
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+            self._resume_timer = None
         self._counts.closed(self._address)
         super().connection_lost(exc)
+        self._charge(start)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        start = time.perf_counter()
         if not self._in_request and self._head_timer is None and data:
             self._head_timer = self._loop.call_later(self._timeout, self._head_timed_out)
         super().data_received(data)
+        self._charge(start)
 
     def request_started(self) -> None:
         """The app has a request: its head arrived in time."""
@@ -216,6 +281,35 @@ class GuardedHandler(RequestHandler):
         )
         response.force_close()
         return response
+
+
+@web.middleware
+async def share_the_loop(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Serves a request once its address is within its share of the loop
+    (http_api/fair_share.py), and charges the handler's time to the address."""
+    shares = request.app.get(SHARES)
+    if shares is None:
+        response: web.StreamResponse = await handler(request)
+        return response
+    address = request.remote or "?"
+    shares.started(address)
+    # Charged in advance (and given back after): the address's typical request, so
+    # that its other requests waiting at this moment see the cost of this one.
+    advance = 0.0
+    try:
+        wait = shares.wait_seconds(address)
+        if wait > 0:
+            shares.waits += 1
+            while wait > 0:
+                await asyncio.sleep(wait)
+                wait = shares.wait_seconds(address)
+        advance = shares.typical_cost(address)
+        shares.charge(address, advance)
+        response = await metered(handler(request), shares, address)
+        return response
+    finally:
+        shares.charge(address, -advance)
+        shares.ended(address)
 
 
 @web.middleware

@@ -28,7 +28,11 @@ def node_paths() -> dict[str, Any]:
                 "summary": "Node id, role, leader, term, indexes, members, limits",
                 "description": "limits: this node's max_txn_ops (--max-txn-ops), "
                 "max_value_bytes (--max-value-bytes) and max_page_bytes (--max-page-bytes), "
-                "so a client can size its requests.",
+                "so a client can size its requests. fair_share: the event loop's sharing "
+                "between client addresses (--fair-share-busy): busy (the setting), "
+                "loop_busy (the seconds of loop time clients used over about the last "
+                "second), clients (addresses that used it), waits (requests and "
+                "connections made to wait so far).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

@@ -5,6 +5,8 @@ Writes on the same paths are in http_api/routes_writes.py.
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from http_api.encoding import (
@@ -17,13 +19,31 @@ from http_api.encoding import (
     key_from_path,
     raw_query,
 )
-from http_api.errors import json_response
+from http_api.fair_share import in_thread
 from http_api.kv_api import KvApi
-from node.service.kv import DEFAULT_SCAN_LIMIT
+from node.service.kv import DEFAULT_SCAN_LIMIT, ScanPage
 
 KEY_PATH = r"/v1/kv/{key:[\s\S]*}"
 """Any bytes, newlines too ("." would not match them), and none: an empty key is
 then refused as invalid_key (400) rather than as an unknown endpoint."""
+
+
+OFF_LOOP_BYTES = 256 * 1024
+"""A scan page with more value bytes than this is encoded off the event loop."""
+
+
+def _page_json(page: ScanPage, encoding: str) -> bytes:
+    rendered = [
+        {
+            "key": encode_bytes(key, encoding, "key"),
+            "value": encode_bytes(stored.value, encoding, "value"),
+            "version": stored.version,
+            "create_version": stored.create_version,
+        }
+        for key, stored in page.items
+    ]
+    next_cursor = None if page.next_after is None else encode_cursor(page.next_after)
+    return json.dumps({"items": rendered, "next": next_cursor}).encode()
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
@@ -57,17 +77,11 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
             consistency_param(params),
             int_param(params, "min_version"),
         )
-        items = [
-            {
-                "key": encode_bytes(key, encoding, "key"),
-                "value": encode_bytes(stored.value, encoding, "value"),
-                "version": stored.version,
-                "create_version": stored.create_version,
-            }
-            for key, stored in page.items
-        ]
-        next_cursor = None if page.next_after is None else encode_cursor(page.next_after)
-        return json_response({"items": items, "next": next_cursor})
+        if sum(len(stored.value) for _, stored in page.items) < OFF_LOOP_BYTES:
+            body = _page_json(page, encoding)
+        else:  # megabytes to encode: in a thread, so other requests get turns meanwhile
+            body = await in_thread(request, _page_json, page, encoding)
+        return web.Response(body=body, content_type="application/json")
 
     app.router.add_route("GET", KEY_PATH, get_key)
     app.router.add_route("GET", "/v1/kv", scan)

@@ -11,6 +11,7 @@ from aiohttp import web
 from http_api.bodies import read_json
 from http_api.encoding import encode_bytes, encoding_param, raw_query
 from http_api.errors import json_response
+from http_api.fair_share import SHARES
 from http_api.kv_api import KvApi
 from http_api.openapi import openapi_document
 from node.errors import InvalidRequest
@@ -19,7 +20,11 @@ from node.keyspace import member_id_problem
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def status(request: web.Request) -> web.Response:
-        return json_response(request.app[service_key].status())
+        body = request.app[service_key].status()
+        shares = request.app.get(SHARES)
+        if shares is not None:
+            body["fair_share"] = shares.summary()
+        return json_response(body)
 
     async def healthz(request: web.Request) -> web.Response:
         return json_response({"status": "alive"})

@@ -13,6 +13,7 @@ from http_api.connections import (
     GuardedSite,
     HttpLimits,
 )
+from http_api.fair_share import SHARES
 from http_api.kv_api import KvApi
 from http_api.routes_audit import AuditApi
 
@@ -41,8 +42,10 @@ class HttpServer:
             # an hour: a client could hold thousands of sockets for nothing).
             "keepalive_timeout": self.limits.idle_timeout,
         }
+        app = build_app(service, audits, self.limits)
+        self.counts.shares = app[SHARES]
         self._runner = web.AppRunner(
-            build_app(service, audits, self.limits),
+            app,
             handle_signals=False,
             # On SIGTERM, open streams (snapshot downloads, watches) get this long to
             # end before their handlers are cancelled.

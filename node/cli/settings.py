@@ -46,6 +46,8 @@ DEFAULT_HTTP_READ_TIMEOUT = 30.0  # seconds a request's head, then its body, may
 DEFAULT_MAX_WATCHES = 512
 DEFAULT_MAX_BODY_BYTES_IN_FLIGHT = 256 * 1024 * 1024  # request bodies being served at once
 DEFAULT_MAX_WATCHES_PER_ADDRESS = 128
+# How busy clients must keep the event loop before an address over its share waits.
+DEFAULT_FAIR_SHARE_BUSY = 0.2
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
@@ -74,6 +76,7 @@ class NodeConfig:
     max_watches: int = DEFAULT_MAX_WATCHES
     max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT
     max_watches_per_address: int = DEFAULT_MAX_WATCHES_PER_ADDRESS
+    fair_share_busy: float = DEFAULT_FAIR_SHARE_BUSY
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     max_txn_result_bytes: int = DEFAULT_MAX_TXN_RESULT_BYTES
@@ -223,6 +226,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-read-timeout",
         help="seconds a request's head may take to arrive once it started, and its body "
         f"likewise (RKV_HTTP_READ_TIMEOUT, {DEFAULT_HTTP_READ_TIMEOUT:g})",
+    )
+    add(
+        "--fair-share-busy",
+        help="the share of the event loop (0 to 1) clients must use over a second before "
+        "a client address that used more than the others waits (its requests are served "
+        f"later, not refused); 1 turns it off (RKV_FAIR_SHARE_BUSY, {DEFAULT_FAIR_SHARE_BUSY:g})",
     )
     add(
         "--max-connections",
@@ -589,6 +598,9 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         max_watches=connection_caps[2],
         max_watches_per_address=connection_caps[3],
         max_body_bytes_in_flight=connection_caps[4],
+        fair_share_busy=_ratio(
+            _value(args, env, "fair_share_busy"), "--fair-share-busy", DEFAULT_FAIR_SHARE_BUSY
+        ),
         max_txn_ops=max_txn_ops,
         max_page_bytes=max_page_bytes,
         max_txn_result_bytes=max_txn_result_bytes,

@@ -111,6 +111,7 @@ async def serve(
             max_watches=config.max_watches,
             max_watches_per_address=config.max_watches_per_address,
             max_body_bytes_in_flight=config.max_body_bytes_in_flight,
+            fair_share_busy=config.fair_share_busy,
         )
         http = HttpServer(service, config.http_host, config.http_port, audits, limits)
         await http.start()

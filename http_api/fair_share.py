@@ -210,20 +210,38 @@ _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rkv-http-work")
 the interpreter lock in turns with the loop, and the loop would get a small share."""
 
 
-async def in_thread(request: web.Request, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)`` in the worker thread, its CPU time charged to the request's
+async def in_thread(
+    request: web.Request, work: Callable[..., T], *args: Any, shared_pool: bool = False
+) -> T:
+    """``work(*args)`` in a worker thread, its CPU time charged to the request's
     address: for work long enough to hold the loop (the interpreter switches threads
-    every few milliseconds, so other requests are served meanwhile)."""
+    every few milliseconds, so other requests are served meanwhile). By default the
+    one worker thread of large answers; ``shared_pool``: the loop's default pool (for
+    short, frequent blocking reads that must not queue behind a large answer)."""
     loop = asyncio.get_running_loop()
+    executor = None if shared_pool else _WORKER
     shares = request.app.get(SHARES)
     if shares is None:
-        return await loop.run_in_executor(_WORKER, functools.partial(work, *args))
+        return await loop.run_in_executor(executor, functools.partial(work, *args))
 
     def timed() -> tuple[T, float]:
         start = time.thread_time()
         result = work(*args)
         return result, time.thread_time() - start
 
-    result, seconds = await loop.run_in_executor(_WORKER, timed)
+    result, seconds = await loop.run_in_executor(executor, timed)
     shares.charge(request.remote or "?", seconds)
     return result
+
+
+async def pace(request: web.Request) -> None:
+    """In a long stream, between two sends: wait while the request's address is over
+    its share, so a heavy reader gets larger, fewer batches instead of the loop."""
+    shares = request.app.get(SHARES)
+    if shares is None:
+        return
+    address = request.remote or "?"
+    wait = shares.wait_seconds(address)
+    while wait > 0:
+        await asyncio.sleep(wait)
+        wait = shares.wait_seconds(address)

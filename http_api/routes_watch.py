@@ -50,6 +50,7 @@ from aiohttp import web
 
 from http_api.connections import HttpLimits
 from http_api.encoding import encoding_param, int_param, raw_query
+from http_api.fair_share import in_thread, pace
 from http_api.kv_api import KvApi
 from http_api.streaming import write_or_give_up
 from node.errors import LimitReached, NodeNotReady, RequestError, Unavailable
@@ -209,12 +210,13 @@ async def _stream(
         head = kv.applied_offset
         if head >= position:
             # Segment reads are blocking file I/O: keep them off the event loop.
-            chunk, position = await asyncio.to_thread(
-                _next_batch, kv, prefix, position, head, encoding
+            chunk, position = await in_thread(
+                request, _next_batch, kv, prefix, position, head, encoding, shared_pool=True
             )
             if chunk:
                 await write_or_give_up(request, response, chunk, kv.stall_timeout)
                 last_sent = loop.time()
+                await pace(request)  # a heavy watcher waits: its next batch is larger
         if loop.time() - last_sent >= keepalive:
             await write_or_give_up(
                 request, response, keepalive_line(position - 1), kv.stall_timeout

@@ -112,3 +112,39 @@ def test_a_body_declared_over_the_limit_is_refused_before_it_is_sent(
     assert response.status == 413
     assert body["code"] == "payload_too_large"
     assert "64" in body["message"] or str(64 * MiB) in body["message"]
+
+
+def test_heavy_watchers_wait_but_miss_no_change(cluster: LocalCluster) -> None:
+    """Watches from one address are paced when over their share (larger, fewer
+    batches); every change still arrives, once, in order."""
+    leader = cluster.leader()
+    host, port = _host_port(leader.url)
+    watchers, changes = 24, 300
+    head = int(http("GET", leader.url + "/v1/status").json()["applied_offset"]) + 1
+    received: list[list[str]] = [[] for _ in range(watchers)]
+    ready = threading.Barrier(watchers + 1)
+
+    def watch(seen: list[str]) -> None:
+        connection = HTTPConnection(host, port, timeout=120, source_address=(HEAVY, 0))
+        try:
+            connection.request("GET", f"/v1/watch?prefix=paced/&encoding=utf-8&from={head}")
+            response = connection.getresponse()
+            assert response.status == 200
+            ready.wait()
+            while len(seen) < changes:
+                line = json.loads(response.readline())
+                if "key" in line:
+                    seen.append(line["key"])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=watch, args=(seen,)) for seen in received]
+    for thread in threads:
+        thread.start()
+    ready.wait(60)
+    for i in range(changes):
+        assert http("PUT", f"{leader.url}/v1/kv/paced/{i:04d}", b"v").status == 200
+    for thread in threads:
+        thread.join(120)
+    expected = [f"paced/{i:04d}" for i in range(changes)]
+    assert all(seen == expected for seen in received)

@@ -53,6 +53,7 @@ from http_api.encoding import encoding_param, int_param, raw_query
 from http_api.fair_share import in_thread, pace
 from http_api.kv_api import KvApi
 from http_api.streaming import write_or_give_up
+from http_api.watch_tail import ChangeTail
 from node.errors import LimitReached, NodeNotReady, RequestError, Unavailable
 from node.service.types import Record, RecordOp
 
@@ -192,6 +193,7 @@ async def _stream(
     kv: KvApi,
     *,
     ticker: HeadTicker,
+    tail: ChangeTail,
     prefix: bytes,
     encoding: str,
     position: int,
@@ -210,9 +212,21 @@ async def _stream(
         head = kv.applied_offset
         if head >= position:
             # Segment reads are blocking file I/O: keep them off the event loop.
-            chunk, position = await in_thread(
-                request, _next_batch, kv, prefix, position, head, encoding, shared_pool=True
+            shared = await tail.batch(
+                request,
+                prefix,
+                position,
+                head,
+                encoding=encoding,
+                max_records=_BATCH_RECORDS,
+                max_bytes=_BATCH_BYTES,
             )
+            if shared is None:  # older than the shared tail: read the log itself
+                chunk, position = await in_thread(
+                    request, _next_batch, kv, prefix, position, head, encoding, shared_pool=True
+                )
+            else:
+                chunk, position = shared
             if chunk:
                 await write_or_give_up(request, response, chunk, kv.stall_timeout)
                 last_sent = loop.time()
@@ -228,6 +242,7 @@ async def _stream(
 
 
 TICKER = web.AppKey("watch_ticker", HeadTicker)
+TAIL = web.AppKey("watch_tail", ChangeTail)
 
 
 def _watch_refusal(ticker: HeadTicker, limits: HttpLimits, address: str) -> RequestError | None:
@@ -255,6 +270,7 @@ def add_routes(
     async def start_ticker(app: web.Application) -> None:
         kv = app[service_key]
         app[TICKER] = HeadTicker(lambda: kv.applied_offset)
+        app[TAIL] = ChangeTail(kv, change_line)
 
     async def end_watches(app: web.Application) -> None:
         if TICKER in app:
@@ -296,6 +312,7 @@ def add_routes(
                 response,
                 kv,
                 ticker=ticker,
+                tail=request.app[TAIL],
                 prefix=prefix,
                 encoding=encoding,
                 position=position,

@@ -297,12 +297,7 @@ async def share_the_loop(request: web.Request, handler: Any) -> web.StreamRespon
     # that its other requests waiting at this moment see the cost of this one.
     advance = 0.0
     try:
-        wait = shares.wait_seconds(address)
-        if wait > 0:
-            shares.waits += 1
-            while wait > 0:
-                await asyncio.sleep(wait)
-                wait = shares.wait_seconds(address)
+        await shares.wait_turn(address)
         advance = shares.typical_cost(address)
         shares.charge(address, advance)
         response = await metered(handler(request), shares, address)

@@ -74,7 +74,7 @@ class FairShare:
         relative to it, so clients that are all heavy share the loop equally."""
         self._ticked = clock()
         self.waits = 0
-        """Requests made to wait so far (for the status and the tests)."""
+        """Requests, new connections and watch batches made to wait so far."""
 
     def charge(self, address: str, seconds: float) -> None:
         """``address`` used the loop for ``seconds``."""
@@ -132,6 +132,16 @@ class FairShare:
             return 0.0
         # cost * exp(-t / MEMORY) == allowed  <=>  t = MEMORY * ln(cost / allowed)
         return min(MAX_WAIT_STEP, MEMORY_SECONDS * math.log(cost / allowed))
+
+    async def wait_turn(self, address: str) -> None:
+        """Wait while ``address`` is over its share (counted once in ``waits``)."""
+        wait = self.wait_seconds(address)
+        if wait <= 0:
+            return
+        self.waits += 1
+        while wait > 0:
+            await asyncio.sleep(wait)
+            wait = self.wait_seconds(address)
 
     def weight(self, address: str) -> float:
         """1 for an address of cheap requests, down to MIN_WEIGHT for heavy ones."""
@@ -238,10 +248,5 @@ async def pace(request: web.Request) -> None:
     """In a long stream, between two sends: wait while the request's address is over
     its share, so a heavy reader gets larger, fewer batches instead of the loop."""
     shares = request.app.get(SHARES)
-    if shares is None:
-        return
-    address = request.remote or "?"
-    wait = shares.wait_seconds(address)
-    while wait > 0:
-        await asyncio.sleep(wait)
-        wait = shares.wait_seconds(address)
+    if shares is not None:
+        await shares.wait_turn(request.remote or "?")

@@ -31,8 +31,8 @@ def node_paths() -> dict[str, Any]:
                 "so a client can size its requests. fair_share: the event loop's sharing "
                 "between client addresses (--fair-share-busy): busy (the setting), "
                 "loop_busy (the seconds of loop time clients used over about the last "
-                "second), clients (addresses that used it), waits (requests and "
-                "connections made to wait so far).",
+                "second), clients (addresses that used it), waits (requests, connections "
+                "and watch batches made to wait so far).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

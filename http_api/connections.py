@@ -16,7 +16,9 @@ bytes keep trickling in; these are the node's bounds on both (issue 15):
   logged at debug level only: a stranger sending garbage must not fill the log.
 
 :class:`GuardedHandler` is aiohttp's request handler with those checks;
-:class:`GuardedSite` serves it on a TCP port.
+:class:`GuardedSite` serves it on a TCP port, over TLS when given a context
+(http_api/tls.py): a connection is then counted once its handshake is done,
+and the event loop closes one whose handshake takes longer than the timeout.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -332,10 +335,14 @@ class GuardedSite(web.TCPSite):
         port: int,
         counts: ConnectionCounts,
         handler_args: dict[str, Any],
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        handshake_timeout: float | None = None,
     ) -> None:
-        super().__init__(runner, host, port, reuse_address=True)
+        super().__init__(runner, host, port, reuse_address=True, ssl_context=ssl_context)
         self._counts = counts
         self._handler_args = handler_args
+        self._handshake_timeout = handshake_timeout
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -346,6 +353,11 @@ class GuardedSite(web.TCPSite):
         def handler() -> GuardedHandler:
             return GuardedHandler(self._counts, server, loop=loop, **self._handler_args)
 
+        # With TLS a connection reaches the handler (and its counts) once its
+        # handshake is done; one that does not finish in time is closed by the loop.
+        tls: dict[str, Any] = {}
+        if self._ssl_context is not None:
+            tls = {"ssl": self._ssl_context, "ssl_handshake_timeout": self._handshake_timeout}
         self._server = await loop.create_server(
-            handler, self._host, self._port, backlog=self._backlog, reuse_address=True
+            handler, self._host, self._port, backlog=self._backlog, reuse_address=True, **tls
         )

@@ -16,6 +16,7 @@ from http_api.connections import (
 from http_api.fair_share import SHARES
 from http_api.kv_api import KvApi
 from http_api.routes_audit import AuditApi
+from http_api.tls import ServerTls, server_context
 
 SHUTDOWN_SECONDS = 1.0
 
@@ -28,7 +29,11 @@ class HttpServer:
         port: int,
         audits: AuditApi | None = None,
         limits: HttpLimits | None = None,
+        *,
+        tls: ServerTls | None = None,
     ) -> None:
+        """``tls``: serve HTTPS only, with that certificate (its files are read now:
+        a bad one raises OSError or ssl.SSLError before anything is served)."""
         self.limits = limits or HttpLimits()
         self.counts = ConnectionCounts(self.limits)
         self._handler_args: dict[str, Any] = {
@@ -54,10 +59,20 @@ class HttpServer:
         )
         self._host = host
         self._port = port
+        self._tls = tls
+        self._ssl_context = None if tls is None else server_context(tls)
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = GuardedSite(self._runner, self._host, self._port, self.counts, self._handler_args)
+        site = GuardedSite(
+            self._runner,
+            self._host,
+            self._port,
+            self.counts,
+            self._handler_args,
+            ssl_context=self._ssl_context,
+            handshake_timeout=None if self._tls is None else self._tls.handshake_timeout,
+        )
         await site.start()
 
     async def stop(self) -> None:

@@ -21,6 +21,12 @@ stamp each write with a producer id, epoch and sequence, so they can resend
 it on any unknown outcome and the server applies it once
 (:mod:`http_api.client.producer` has the rules).
 
+``credentials=Credentials(cafile=..., user=..., password=...)`` (or ``token=``,
+``certfile=``/``keyfile=`` for mutual TLS) gives either client the CA that
+``https://`` nodes are verified against and who it is; a 401 raises
+:class:`AuthenticationError`, a 403 :class:`PermissionDeniedError`, a failed
+handshake :class:`TlsError` at once (never retried).
+
 Neither client is safe to share between threads; the async one belongs to the
 event loop that first used it. Close them (or use ``with`` / ``async with``).
 
@@ -35,7 +41,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from http_api.client.credentials import Credentials
 from http_api.client.errors import (
+    AuthenticationError,
     ClusterUnreachableError,
     ConflictError,
     IntegerOverflowError,
@@ -45,10 +53,12 @@ from http_api.client.errors import (
     NotAppliedError,
     OverloadedError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ProducerError,
     ProducerFencedError,
     RkvClientError,
     SequenceError,
+    TlsError,
     UnavailableError,
     UnknownOutcomeError,
     UnknownProducerError,
@@ -83,9 +93,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncProducer",
     "AsyncRkvClient",
+    "AuthenticationError",
     "ClusterUnreachableError",
     "Compare",
     "ConflictError",
+    "Credentials",
     "IntegerOverflowError",
     "InvalidRequestError",
     "Item",
@@ -95,6 +107,7 @@ __all__ = [
     "Op",
     "OverloadedError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "Producer",
     "ProducerError",
     "ProducerFencedError",
@@ -103,6 +116,7 @@ __all__ = [
     "RkvClientError",
     "ScanPage",
     "SequenceError",
+    "TlsError",
     "TxnOpResult",
     "TxnResult",
     "UnavailableError",

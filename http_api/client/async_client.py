@@ -8,6 +8,7 @@ It belongs to the event loop that first used it. Close it (or use
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import SimpleNamespace, TracebackType
 from typing import Any, TypeVar, cast
@@ -15,6 +16,7 @@ from typing import Any, TypeVar, cast
 import aiohttp
 from yarl import URL
 
+from http_api.client.credentials import Credentials
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.operations import _BaseClient, _Write
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
@@ -35,8 +37,11 @@ async def _headers_sent(
 
 
 class _AsyncTransport:
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials) -> None:
         self._session: aiohttp.ClientSession | None = None
+        # True: aiohttp's default verification (the system's CAs) for https URLs.
+        self._ssl: ssl.SSLContext | bool = credentials.ssl_context() or True
+        self._auth = credentials.headers()
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -44,7 +49,7 @@ class _AsyncTransport:
             trace.on_request_headers_sent.append(_headers_sent)
             session = aiohttp.ClientSession(
                 trace_configs=[trace],
-                connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_RECONNECT),
+                connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_RECONNECT, ssl=self._ssl),
                 auto_decompress=False,
             )
             # aiohttp resends a PUT or DELETE once when the connection drops after
@@ -64,7 +69,7 @@ class _AsyncTransport:
                 action.method,
                 URL(action.base + action.target, encoded=True),
                 data=action.body,
-                headers=dict(action.headers),
+                headers={**action.headers, **self._auth},
                 timeout=timeout,
                 allow_redirects=False,
                 trace_request_ctx=marker,
@@ -85,8 +90,8 @@ class AsyncRkvClient(_BaseClient[_AsyncTransport]):
     """The asyncio twin of :class:`RkvClient`: the same methods, as coroutines
     (``scan`` is an async iterator: ``async for item in client.scan(...)``)."""
 
-    def _new_transport(self) -> _AsyncTransport:
-        return _AsyncTransport()
+    def _new_transport(self, credentials: Credentials) -> _AsyncTransport:
+        return _AsyncTransport(credentials)
 
     async def _run(self, plan: _Plan[T]) -> T:
         outcome: _Outcome = None

@@ -16,6 +16,12 @@ redirect rule and one error:
 A refusal (an HTTP status of 400 or more) raises :class:`HttpStatusError`,
 an :class:`OSError` like every failure to reach a node, so that callers that
 must survive any network trouble (the raft thread) catch one family.
+
+Every call takes ``credentials`` (http_api/client/credentials.py): the CA that
+``https://`` URLs are verified against, a client certificate, and the
+Authorization header every request carries. A failed TLS handshake is an
+``ssl.SSLError`` (an OSError too); :func:`request_json` answers it with code
+``tls_failed`` and tries no other URL.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
+
+from http_api.client.credentials import NO_CREDENTIALS, Credentials
+from http_api.client.wire import tls_failure
 
 MAX_REDIRECTS = 5
 
@@ -57,15 +66,24 @@ def path_part(text: str) -> str:
     return quote(text, safe="")
 
 
-def _connect(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+def _connect(
+    url: str, timeout: float, credentials: Credentials
+) -> tuple[http.client.HTTPConnection, str]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise http.client.InvalidURL(f"not an http(s) URL: {url!r}")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    return kind(parts.hostname, parts.port, timeout=timeout), target
+    if parts.scheme == "https":
+        context = credentials.ssl_context()
+        return (
+            http.client.HTTPSConnection(
+                parts.hostname, parts.port, timeout=timeout, context=context
+            ),
+            target,
+        )
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout), target
 
 
 def _decode(raw: bytes) -> Any:
@@ -76,11 +94,13 @@ def _decode(raw: bytes) -> Any:
 
 
 def _exchange(
-    url: str, method: str, body: bytes | None, timeout: float
+    url: str, method: str, body: bytes | None, timeout: float, credentials: Credentials | None
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     """One request; the caller reads and closes. Network failures raise OSError."""
-    conn, target = _connect(url, timeout)
+    credentials = credentials or NO_CREDENTIALS
+    conn, target = _connect(url, timeout, credentials)
     headers = {"Content-Type": "application/json"} if body is not None else {}
+    headers.update(credentials.headers())
     try:
         conn.request(method, target, body=body, headers=headers)
         return conn, conn.getresponse()
@@ -103,24 +123,32 @@ def _refusal(url: str, response: http.client.HTTPResponse) -> HttpStatusError:
 
 
 def request_json(
-    urls: Sequence[str], method: str, path: str, body: Any = None, timeout: float = 30.0
+    urls: Sequence[str],
+    method: str,
+    path: str,
+    body: Any = None,
+    timeout: float = 30.0,
+    *,
+    credentials: Credentials | None = None,
 ) -> tuple[int, Any]:
     """One request to the first of ``urls`` that answers, following 307s to the leader.
 
     Returns (status, JSON answer); status 0 when no node answered (the answer then
-    carries code ``unreachable`` and the last failure)."""
+    carries code ``unreachable`` and the last failure, or ``tls_failed``)."""
     data = None if body is None else json.dumps(body).encode()
     last: Any = {"code": "unreachable", "message": "no URL given"}
     for base in urls:
         target = f"{base.rstrip('/')}{path}"
         for _ in range(MAX_REDIRECTS):
             try:
-                conn, response = _exchange(target, method, data, timeout)
+                conn, response = _exchange(target, method, data, timeout, credentials)
                 try:
                     raw = response.read()
                 finally:
                     conn.close()
             except (OSError, ValueError) as exc:  # ValueError: http.client.InvalidURL
+                if (problem := tls_failure(exc)) is not None:
+                    return 0, {"code": "tls_failed", "message": f"{base}: {problem}"}
                 last = {"code": "unreachable", "message": f"{base}: {exc}"}
                 break
             location = response.getheader("Location")
@@ -136,9 +164,11 @@ def request_json(
     return 0, last
 
 
-def post_json(url: str, body: Any, timeout: float) -> tuple[int, dict[str, Any], str | None]:
+def post_json(
+    url: str, body: Any, timeout: float, credentials: Credentials | None = None
+) -> tuple[int, dict[str, Any], str | None]:
     """POST ``body`` to ``url`` without following a redirect: (status, answer, Location)."""
-    conn, response = _exchange(url, "POST", json.dumps(body).encode(), timeout)
+    conn, response = _exchange(url, "POST", json.dumps(body).encode(), timeout, credentials)
     try:
         answer = _decode(response.read())
     finally:
@@ -150,19 +180,21 @@ def post_json(url: str, body: Any, timeout: float) -> tuple[int, dict[str, Any],
     )
 
 
-def get_json(url: str, timeout: float) -> Any:
+def get_json(url: str, timeout: float, credentials: Credentials | None = None) -> Any:
     """The JSON document at ``url``. Raises HttpStatusError, OSError or ValueError."""
-    with open_stream(url, timeout) as response:
+    with open_stream(url, timeout, credentials) as response:
         return json.loads(response.read())
 
 
 @contextmanager
-def open_stream(url: str, timeout: float) -> Iterator[http.client.HTTPResponse]:
+def open_stream(
+    url: str, timeout: float, credentials: Credentials | None = None
+) -> Iterator[http.client.HTTPResponse]:
     """A GET whose body the caller reads in chunks (``.read(n)``, ``.getheader()``).
 
     Raises HttpStatusError for an error status, OSError when the node cannot be
     reached, ValueError for a URL that is not http(s)."""
-    conn, response = _exchange(url, "GET", None, timeout)
+    conn, response = _exchange(url, "GET", None, timeout, credentials)
     try:
         if response.status >= 400:
             raise _refusal(url, response)
@@ -181,24 +213,35 @@ class ControlClient:
     downloads are context managers yielding the response to read in chunks.
     """
 
-    def __init__(self, urls: Sequence[str], timeout: float = 30.0) -> None:
+    def __init__(
+        self, urls: Sequence[str], timeout: float = 30.0, credentials: Credentials | None = None
+    ) -> None:
         self.urls = [url.rstrip("/") for url in urls]
         self.timeout = timeout
+        self.credentials = credentials or NO_CREDENTIALS
+
+    def _json(
+        self, urls: Sequence[str], method: str, path: str, body: Any = None
+    ) -> tuple[int, Any]:
+        return request_json(urls, method, path, body, self.timeout, credentials=self.credentials)
+
+    def _stream(self, url: str) -> AbstractContextManager[http.client.HTTPResponse]:
+        return open_stream(url, self.timeout, self.credentials)
 
     def members(self) -> tuple[int, Any]:
-        return request_json(self.urls, "GET", "/v1/cluster/members", None, self.timeout)
+        return self._json(self.urls, "GET", "/v1/cluster/members", None)
 
     def add_member(self, node_id: str, raft_address: str, url: str) -> tuple[int, Any]:
         body = {"id": node_id, "raft_address": raft_address, "url": url}
-        return request_json(self.urls, "POST", "/v1/cluster/members", body, self.timeout)
+        return self._json(self.urls, "POST", "/v1/cluster/members", body)
 
     def set_member_url(self, node_id: str, url: str) -> tuple[int, Any]:
         path = "/v1/cluster/members/" + path_part(node_id)
-        return request_json(self.urls, "PUT", path, {"url": url}, self.timeout)
+        return self._json(self.urls, "PUT", path, {"url": url})
 
     def remove_member(self, node_id: str) -> tuple[int, Any]:
         path = "/v1/cluster/members/" + path_part(node_id)
-        return request_json(self.urls, "DELETE", path, None, self.timeout)
+        return self._json(self.urls, "DELETE", path, None)
 
     def start_audit(
         self, audit_id: str | None = None, buckets: int | None = None
@@ -208,25 +251,25 @@ class ControlClient:
             body["audit_id"] = audit_id
         if buckets is not None:
             body["buckets"] = buckets
-        return request_json(self.urls, "POST", "/v1/audit", body, self.timeout)
+        return self._json(self.urls, "POST", "/v1/audit", body)
 
     def status(self, node_url: str) -> tuple[int, Any]:
-        return request_json([node_url], "GET", "/v1/status", None, self.timeout)
+        return self._json([node_url], "GET", "/v1/status", None)
 
     def audit_status(self, node_url: str, audit_id: str) -> tuple[int, Any]:
         path = "/v1/audit/" + path_part(audit_id)
-        return request_json([node_url], "GET", path, None, self.timeout)
+        return self._json([node_url], "GET", path, None)
 
     def compact(self, node_url: str) -> tuple[int, Any]:
         """Force a compaction of that node's commit log (it may take minutes)."""
-        return request_json([node_url], "POST", "/v1/admin/compact", None, self.timeout)
+        return self._json([node_url], "POST", "/v1/admin/compact", None)
 
     def audit_file(
         self, node_url: str, audit_id: str, name: str
     ) -> AbstractContextManager[http.client.HTTPResponse]:
         """One file of that node's export of an audit, streamed."""
         path = f"/v1/audit/{path_part(audit_id)}/files/{path_part(name)}"
-        return open_stream(node_url.rstrip("/") + path, self.timeout)
+        return self._stream(node_url.rstrip("/") + path)
 
     def snapshot(
         self, node_url: str, transfer: str | None = None, after: bytes | None = None
@@ -238,12 +281,12 @@ class ControlClient:
         if transfer is not None:
             key = base64.urlsafe_b64encode(after or b"").decode().rstrip("=")
             url += f"?transfer={quote(transfer)}&after={key}"
-        return open_stream(url, self.timeout)
+        return self._stream(url)
 
     def release_snapshot(self, node_url: str, transfer: str) -> tuple[int, Any]:
         """Let that node drop the view it holds for a finished download."""
         path = f"/v1/snapshot?transfer={quote(transfer)}"
-        return request_json([node_url.rstrip("/")], "DELETE", path, None, self.timeout)
+        return self._json([node_url.rstrip("/")], "DELETE", path, None)
 
     def log_range(
         self, node_url: str, first: int, last: int
@@ -251,7 +294,7 @@ class ControlClient:
         """Offsets ``first``..``last`` of that node's commit log, served only while no
         compaction has touched them (HttpStatusError 409 otherwise), streamed."""
         path = f"/v1/log?from={first}&to={last}&complete=1"
-        return open_stream(node_url.rstrip("/") + path, self.timeout)
+        return self._stream(node_url.rstrip("/") + path)
 
 
 def snapshot_url(url: str) -> str:

@@ -8,6 +8,9 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     ├── VersionConflictError      412 version_conflict; .current_version
     ├── InvalidRequestError       400 (invalid_key, reserved_key, not_utf8, ...)
     ├── PayloadTooLargeError      413 payload_too_large
+    ├── AuthenticationError       401: no, wrong or expired credentials (unauthenticated,
+    │                             invalid_credentials, invalid_token, token_expired)
+    ├── PermissionDeniedError     403 permission_denied: the user lacks the permission named
     ├── ConflictError             409: the key's state or the producer's refuses the write
     │   ├── NotAnIntegerError     not_an_integer: incr of a value that is not a decimal integer
     │   ├── IntegerOverflowError  integer_overflow: incr past the signed 64-bit range
@@ -21,6 +24,9 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     │   ├── UnknownOutcomeError   the write may or may not have been applied
     │   └── OverloadedError       overloaded: too many requests in flight
     └── ClusterUnreachableError   no node could be reached (code "unreachable")
+        └── TlsError              tls_failed: the TLS handshake failed (an unknown CA, a
+                                  host name the certificate does not name, TLS spoken to a
+                                  plain-HTTP port); not retried
 
 Which answer becomes which exception is decided in
 :func:`http_api.client.wire.error_from_reply`.
@@ -78,6 +84,19 @@ class InvalidRequestError(RkvClientError):
 
 class PayloadTooLargeError(RkvClientError):
     default_code = "payload_too_large"
+
+
+class AuthenticationError(RkvClientError):
+    """401: the node wants credentials, or refused the ones sent (the server's code
+    says which: unauthenticated, invalid_credentials, invalid_token, token_expired)."""
+
+    default_code = "unauthenticated"
+
+
+class PermissionDeniedError(RkvClientError):
+    """403: the credentials are good but lack the permission the message names."""
+
+    default_code = "permission_denied"
 
 
 class ConflictError(RkvClientError):
@@ -167,3 +186,11 @@ class OverloadedError(UnavailableError):
 
 class ClusterUnreachableError(RkvClientError):
     default_code = "unreachable"
+
+
+class TlsError(ClusterUnreachableError):
+    """The TLS handshake with a node failed: its certificate is not signed by the CA
+    given (or the system's), does not name the host in the URL, or the URL's scheme
+    does not match what the port speaks. Retrying would fail the same way."""
+
+    default_code = "tls_failed"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from http_api.client.credentials import NO_CREDENTIALS, Credentials
 from http_api.client.errors import RkvClientError
 from http_api.client.model import (
     BytesLike,
@@ -253,11 +254,14 @@ class _BaseClient(Generic[TransportT]):
         *,
         timeout: float = 10.0,
         retry: RetryPolicy | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self._core = _Core(urls, timeout, retry or RetryPolicy())
-        self._transport = self._new_transport()
+        self.credentials = credentials or NO_CREDENTIALS
+        """What the client presents: its CA, certificate, user or token."""
+        self._transport = self._new_transport(self.credentials)
 
-    def _new_transport(self) -> TransportT:
+    def _new_transport(self, credentials: Credentials) -> TransportT:
         raise NotImplementedError
 
     @property

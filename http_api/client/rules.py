@@ -15,6 +15,8 @@ other members' URLs are learned from it too). When to retry, bounded by
   :class:`UnknownOutcomeError`;
 - a 307 (a ``consistency=leader`` read on a follower) is followed to the
   leader named in Location;
+- 401 and 403 (also to the leader's discovery, ``GET /v1/status``) and a failed
+  TLS handshake are raised at once: other nodes would answer the same;
 - an idempotent producer's write (:meth:`_Router.call_resendable`, used by
   :mod:`http_api.client.producer`) is sent again, unchanged, on every unknown
   or transient outcome (a lost connection, a timeout, any 503, a 5xx) until an
@@ -36,6 +38,7 @@ from http_api.client.errors import (
     ClusterUnreachableError,
     NotAppliedError,
     RkvClientError,
+    TlsError,
     UnavailableError,
     UnknownOutcomeError,
 )
@@ -50,6 +53,7 @@ from http_api.client.wire import (
     error_from_reply,
     normalize_url,
     parse_urls,
+    tls_failure,
 )
 
 DISCOVERY_TIMEOUT = 2.0  # seconds for one GET /v1/status while looking for the leader
@@ -150,9 +154,13 @@ class _Router:
             send = _Send(base, "GET", "/v1/status", None, {}, min(self.timeout, DISCOVERY_TIMEOUT))
             outcome = yield from _exchange(send)
             if isinstance(outcome, _Failure):
+                self._raise_if_tls(base, outcome)
                 failed.add(base)
-                self.last_failure = f"{base}: {_describe(outcome)}"
+                self.last_failure = f"{base}: {_describe(outcome, base)}"
                 continue
+            if outcome.status in (401, 403):
+                # Credentials the cluster refuses: no other node will think otherwise.
+                raise error_from_reply(outcome, base)
             body = outcome.json() if outcome.status == 200 else None
             if not isinstance(body, dict):
                 continue
@@ -282,9 +290,10 @@ class _Router:
 
     def _resend_failed(self, state: _CallState, base: str, failure: _Failure) -> bool:
         """No answer to a resendable write; True when it may have been applied."""
+        self._raise_if_tls(base, failure)
         state.failed.add(base)
         self.forget_leader(base)
-        self.last_failure = f"{base}: {_describe(failure)}"
+        self.last_failure = f"{base}: {_describe(failure, base)}"
         if failure.sent:
             state.last_error = UnknownOutcomeError(
                 f"lost the connection to {base} after sending the write ({_describe(failure)})",
@@ -360,7 +369,18 @@ class _Router:
         state.failed.clear()
         state.pause = self.retry.backoff(state.attempt)
 
+    @staticmethod
+    def _raise_if_tls(base: str, failure: _Failure) -> None:
+        """A failed TLS handshake fails the call at once: trying again, or another
+        node with a certificate from the same CA, would fail the same way. The
+        request was not served (the handshake comes first, and a node that refuses
+        a client certificate says so before reading the request)."""
+        problem = tls_failure(failure.error)
+        if problem is not None:
+            raise TlsError(f"{base}: {problem}", url=base)
+
     def _connection_failed(self, state: _CallState, base: str, failure: _Failure) -> None:
+        self._raise_if_tls(base, failure)
         state.failed.add(base)
         self.forget_leader(base)
         if state.write and failure.sent:
@@ -369,7 +389,7 @@ class _Router:
                 f"({_describe(failure)}): it may or may not have been applied",
                 url=base,
             )
-        self.last_failure = f"{base}: {_describe(failure)}"
+        self.last_failure = f"{base}: {_describe(failure, base)}"
         state.last_error = ClusterUnreachableError(f"cannot reach {self.last_failure}", url=base)
         if all(n in state.failed for n in self.nodes):
             state.last_error = self._unreachable()

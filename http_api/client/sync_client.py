@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+from http_api.client.credentials import Credentials
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.operations import _BaseClient, _Write
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
@@ -49,8 +50,10 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
 class _SyncTransport:
     """One persistent keep-alive connection per node (http.client)."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials) -> None:
         self._pool: dict[str, _Pooled] = {}
+        self._ssl = credentials.ssl_context()  # read once: the files are not read per call
+        self._auth = credentials.headers()
 
     def _connection(self, base: str, timeout: float) -> _Pooled:
         pooled = self._pool.get(base)
@@ -61,12 +64,13 @@ class _SyncTransport:
             pooled = None
         if pooled is None:
             parts = urlsplit(base)
-            kind = (
-                http.client.HTTPSConnection
-                if parts.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+            conn: http.client.HTTPConnection
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    parts.hostname or "", parts.port, timeout=timeout, context=self._ssl
+                )
+            else:
+                conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
             conn.connect()  # raises before anything is sent
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             pooled = _Pooled(conn, parts.path)
@@ -92,7 +96,7 @@ class _SyncTransport:
                 action.method,
                 pooled.prefix + action.target,
                 body=action.body,
-                headers=dict(action.headers),
+                headers={**action.headers, **self._auth},
             )
             response = conn.getresponse()
             body = response.read()
@@ -112,10 +116,12 @@ class _SyncTransport:
 
 
 class RkvClient(_BaseClient[_SyncTransport]):
-    """A blocking rkv client. ``urls``: one node URL, several, or a comma-separated string."""
+    """A blocking rkv client. ``urls``: one node URL, several, or a comma-separated string;
+    ``credentials``: the CA to trust, a client certificate, a user or a token
+    (:class:`http_api.client.Credentials`)."""
 
-    def _new_transport(self) -> _SyncTransport:
-        return _SyncTransport()
+    def _new_transport(self, credentials: Credentials) -> _SyncTransport:
+        return _SyncTransport(credentials)
 
     def _run(self, plan: _Plan[T]) -> T:
         outcome: _Outcome = None

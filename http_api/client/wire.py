@@ -13,12 +13,14 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from http_api.client.errors import (
+    AuthenticationError,
     ConflictError,
     IntegerOverflowError,
     InvalidRequestError,
@@ -27,6 +29,7 @@ from http_api.client.errors import (
     NotAppliedError,
     OverloadedError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ProducerFencedError,
     RkvClientError,
     SequenceError,
@@ -264,12 +267,53 @@ def is_duplicate(reply: _Reply) -> bool:
     return reply.headers.get("rkv-duplicate", "").strip().lower() == "true"
 
 
-def _describe(failure: _Failure) -> str:
+def _describe(failure: _Failure, base: str = "") -> str:
     error = failure.error
     text = str(error) or type(error).__name__
     if isinstance(error, TimeoutError | socket.timeout):
         return "timed out"
+    if isinstance(error, ConnectionResetError) and base.startswith("http://"):
+        # What a node serving HTTPS does to a plain HTTP request: it fails the
+        # handshake and closes the connection without a word.
+        return f"{text} (if the node serves HTTPS, use an https:// URL)"
+    if isinstance(error, ConnectionResetError) and base.startswith("https://"):
+        # Under TLS 1.3 a node judges the client's certificate after the client's
+        # side of the handshake is done, and closes a connection whose certificate
+        # it cannot verify without a word either.
+        return f"{text} (with mutual TLS: did the node refuse this client's certificate?)"
     return text
+
+
+def tls_failure(error: BaseException) -> str | None:
+    """What went wrong in a TLS handshake, or None when ``error`` is not a TLS
+    failure (an EOF or reset in the middle of one is a network failure)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        # aiohttp wraps the ssl module's error (and subclasses it): read the inner one.
+        nested = getattr(current, "certificate_error", None) or getattr(current, "os_error", None)
+        if isinstance(nested, BaseException) and id(nested) not in seen:
+            current = nested
+            continue
+        reason = getattr(current, "verify_message", None) or getattr(current, "reason", None)
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return (
+                f"the node's certificate was not accepted: {reason or current} (is the CA "
+                "given, --cacert or Credentials.cafile, the one that signed the nodes' "
+                "certificates, and does the URL name a host the certificate was made for?)"
+            )
+        if isinstance(current, ssl.SSLError) and not isinstance(
+            current, ssl.SSLEOFError | ssl.SSLZeroReturnError
+        ):
+            hint = ""
+            if reason == "WRONG_VERSION_NUMBER":
+                hint = " (an https:// URL to a node serving plain HTTP?)"
+            elif "ALERT" in str(reason):
+                hint = " (the node refused this client's certificate, or wants one)"
+            return f"TLS handshake failed: {reason or current}{hint}"
+        current = current.__cause__
+    return None
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -315,6 +359,10 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
         return PayloadTooLargeError(message, **common)
     if status == 400:
         return InvalidRequestError(message, **common)
+    if status == 401:
+        return AuthenticationError(message, **common)
+    if status == 403:
+        return PermissionDeniedError(message, **common)
     if status == 409:
         conflict: type[ConflictError] = _CONFLICTS.get(code or "", ConflictError)
         return conflict(message, **common)

@@ -16,6 +16,7 @@ from node.cli.audit_all import add_audit_all_arguments, run_audit_all
 from node.cli.audit_cut import run_audit_cut
 from node.cli.audit_run import add_audit_run_arguments, run_audit_command
 from node.cli.common import add_urls_argument, positive_float, positive_int
+from node.cli.credential_flags import add_credentials_arguments
 
 
 def add_commands(sub: Any) -> None:
@@ -29,6 +30,7 @@ def add_commands(sub: Any) -> None:
     )
     audit.set_defaults(run=run)
     add_audit_all_arguments(audit)
+    add_credentials_arguments(audit)
     actions = audit.add_subparsers(dest="audit_command", metavar="ACTION")
     snapshot = actions.add_parser(
         "snapshot",
@@ -55,6 +57,7 @@ def add_commands(sub: Any) -> None:
         help="seconds: the longest --wait, and at most 30 per request (default 600)",
     )
     snapshot.add_argument("--json", action="store_true", help="print the raw answers")
+    add_credentials_arguments(snapshot)
     # `rkv audit run` (the comparison, spark_tools/): node.cli.audit_run imports only the
     # light spark_tools.audit_args here; the audit itself (pyspark) only when it runs.
     comparison = actions.add_parser(

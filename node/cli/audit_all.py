@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from http_api.client.control import ControlClient
+from http_api.client.credentials import Credentials
 from node.cli.audit_cut import wait_for_exports
 from node.cli.common import EXIT_USAGE, node_urls, url_help
+from node.cli.credential_flags import credentials_from
 
 EXIT_INCONCLUSIVE = 3
 EXIT_FAILURE = 4
@@ -100,6 +102,7 @@ def add_audit_all_arguments(parser: argparse.ArgumentParser) -> None:
 def run_audit_all(args: argparse.Namespace) -> int:
     try:
         urls = node_urls(args.all_url)
+        credentials = credentials_from(args)
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -113,7 +116,7 @@ def run_audit_all(args: argparse.Namespace) -> int:
         _err(f"--exports-dir {args.all_exports_dir}: no such directory")
         return EXIT_USAGE
     per_request = min(args.all_timeout, _MAX_REQUEST_SECONDS)
-    control = ControlClient(urls, per_request)
+    control = ControlClient(urls, per_request, credentials)
     status, started = control.start_audit(buckets=args.all_buckets)
     if status != 200:
         return _refused("the cut", status, started)
@@ -123,7 +126,9 @@ def run_audit_all(args: argparse.Namespace) -> int:
     if status != 200:
         return _refused("the members", status, answer)
     members = {str(m["id"]): str(m["url"]) for m in answer.get("members", [])}
-    return _gather_and_compare(args, audit_id, int(started["raft_index"]), members, per_request)
+    return _gather_and_compare(
+        args, audit_id, int(started["raft_index"]), members, per_request, credentials=credentials
+    )
 
 
 def _gather_and_compare(
@@ -132,10 +137,17 @@ def _gather_and_compare(
     cut_index: int,
     members: dict[str, str],
     per_request: float,
+    *,
+    credentials: Credentials,
 ) -> int:
 
     exports = wait_for_exports(
-        audit_id, members, total=args.all_timeout, per_request=per_request, cut_index=cut_index
+        audit_id,
+        members,
+        total=args.all_timeout,
+        per_request=per_request,
+        cut_index=cut_index,
+        credentials=credentials,
     )
     if not args.all_quiet:
         sys.stdout.flush()
@@ -156,7 +168,14 @@ def _gather_and_compare(
         root = args.all_out / "exports" / audit_id
         try:
             for node_id, manifest in sorted(exports.done.items()):
-                _download(members[node_id], audit_id, manifest, root / node_id, per_request)
+                _download(
+                    members[node_id],
+                    audit_id,
+                    manifest,
+                    root / node_id,
+                    per_request,
+                    credentials=credentials,
+                )
         except (OSError, ValueError) as exc:
             _err(f"downloading the exports: {exc}")
             return EXIT_FAILURE
@@ -178,7 +197,13 @@ def _gather_and_compare(
 
 
 def _download(
-    base: str, audit_id: str, manifest: dict[str, Any], directory: Path, timeout: float
+    base: str,
+    audit_id: str,
+    manifest: dict[str, Any],
+    directory: Path,
+    timeout: float,
+    *,
+    credentials: Credentials,
 ) -> None:
     """Every file ``manifest`` lists, then manifest.json itself, into ``directory``."""
     from node.audit.export import MANIFEST_NAME, manifest_files  # noqa: PLC0415
@@ -186,7 +211,7 @@ def _download(
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
-    control = ControlClient([base], timeout)
+    control = ControlClient([base], timeout, credentials)
     for name in [*sorted(manifest_files(manifest)), MANIFEST_NAME]:
         if "/" in name or name in (".", ".."):
             raise ValueError(f"bad file name in the manifest: {name!r}")

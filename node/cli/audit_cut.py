@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from http_api.client.control import ControlClient
+from http_api.client.credentials import Credentials
 from node.cli.common import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, node_urls
+from node.cli.credential_flags import credentials_from
 
 _POLL_SECONDS = 0.5
 _MAX_REQUEST_SECONDS = 30.0
@@ -46,11 +48,12 @@ def _failed(status: int, answer: Any) -> int:
 def run_audit_cut(args: argparse.Namespace) -> int:
     try:
         urls = node_urls(args.url)
+        credentials = credentials_from(args)
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
     per_request = min(args.timeout, _MAX_REQUEST_SECONDS)
-    control = ControlClient(urls, per_request)
+    control = ControlClient(urls, per_request, credentials)
     status, started = control.start_audit(args.audit_id, args.buckets)
     if status != 200:
         return _failed(status, started)
@@ -100,6 +103,7 @@ def wait_for_exports(
     total: float,
     per_request: float,
     cut_index: int | None = None,
+    credentials: Credentials | None = None,
 ) -> Exports:
     """Poll GET /v1/audit/{id} on every member (id -> URL) until each export is done
     or failed, or ``total`` seconds have passed. With ``cut_index`` (the raft index
@@ -107,7 +111,7 @@ def wait_for_exports(
     is failed at once: it installed a later state instead of applying the entry
     (a rebuild), so it will never export this audit."""
     deadline = time.monotonic() + total
-    control = ControlClient([], per_request)
+    control = ControlClient([], per_request, credentials)
     pending = dict(members)
     done: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}

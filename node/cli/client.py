@@ -52,6 +52,7 @@ from node.cli.common import (
     producer_triple,
     signed_int64,
 )
+from node.cli.credential_flags import add_credentials_arguments, credentials_from
 
 PRODUCER_DEADLINE = 15.0  # seconds a --producer write is resent at least (or --timeout)
 
@@ -268,7 +269,8 @@ def _client_cmd_compact(client: RkvClient, args: argparse.Namespace) -> int:
     """POST /v1/admin/compact on every node named by --url, one after the other."""
     results = {}
     for url in node_urls(args.url):
-        status, answer = ControlClient([url], max(args.timeout, 600)).compact(url)
+        control = ControlClient([url], max(args.timeout, 600), client.credentials)
+        status, answer = control.compact(url)
         if status == 0:
             print(f"rkv compact: {url}: unreachable: {answer['message']}", file=sys.stderr)
             return EXIT_UNREACHABLE
@@ -288,12 +290,19 @@ def _client_cmd_compact(client: RkvClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+def _common_arguments() -> argparse.ArgumentParser:
+    """--url, --timeout and the TLS and credentials flags of every client command."""
     common = argparse.ArgumentParser(add_help=False)
     add_urls_argument(common)
     common.add_argument(
         "--timeout", type=positive_float, default=10.0, help="seconds per request (default 10)"
     )
+    add_credentials_arguments(common)
+    return common
+
+
+def add_commands(sub: Any) -> None:
+    common = _common_arguments()
     reads = argparse.ArgumentParser(add_help=False)
     reads.add_argument("--consistency", choices=CONSISTENCY_LEVELS, default="linearizable")
     reads.add_argument(
@@ -430,7 +439,8 @@ def run(args: argparse.Namespace) -> int:
         command = f"producer {args.producer_command}"
     try:
         urls = node_urls(args.url)
-        with RkvClient(urls, timeout=args.timeout) as client:
+        credentials = credentials_from(args)
+        with RkvClient(urls, timeout=args.timeout, credentials=credentials) as client:
             code: int = run_command(client, args)
         sys.stdout.flush()
         return code

@@ -20,6 +20,7 @@ from node.cli.common import (
     node_urls,
     positive_float,
 )
+from node.cli.credential_flags import add_credentials_arguments, credentials_from
 
 
 def add_commands(sub: Any) -> None:
@@ -36,6 +37,7 @@ def add_commands(sub: Any) -> None:
         "--timeout", type=positive_float, default=30.0, help="seconds per request (default 30)"
     )
     common.add_argument("--json", action="store_true", help="print the raw answer")
+    add_credentials_arguments(common)
     common.set_defaults(run=run)
     actions.add_parser("members", parents=[common], help="the voting members")
     add = actions.add_parser(
@@ -62,10 +64,11 @@ def run(args: argparse.Namespace) -> int:
     action: str = args.cluster_command
     try:
         urls = node_urls(args.url)
+        credentials = credentials_from(args)
     except ValueError as exc:
         print(f"rkv cluster {action}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    control = ControlClient(urls, args.timeout)
+    control = ControlClient(urls, args.timeout, credentials)
     if action == "members":
         status, answer = control.members()
     elif action == "add":

@@ -32,6 +32,7 @@ from node.cli.common import (
     node_urls,
     positive_int,
 )
+from node.cli.credential_flags import add_credentials_arguments, credentials_from
 
 if TYPE_CHECKING:
     from replication.redis.link.master_link import MasterAddress
@@ -65,6 +66,7 @@ def add_commands(sub: Any) -> None:
         help=f"rkv node URL(s), comma-separated (default: {default_url_help()})",
     )
     common.set_defaults(run=run)
+    add_credentials_arguments(common)
     common.add_argument(
         "--prefix", default="redis/", help="rkv key prefix of the replicated data (redis/)"
     )
@@ -163,7 +165,7 @@ def _dump(args: argparse.Namespace) -> int:
     from replication.redis.dump import NothingReplicated, dump  # noqa: PLC0415
 
     prefix = _prefix(args)
-    with RkvClient(_urls(args)) as client:
+    with RkvClient(_urls(args), credentials=credentials_from(args)) as client:
         view = BatchView(RkvStore(client, checkpoint_name(prefix)))
         try:
             dump(view, prefix, sys.stdout, args.db)
@@ -244,8 +246,11 @@ def _replicate(args: argparse.Namespace) -> int:
     def status(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    client = RkvClient(urls)
-    replicator = Replicator(config, client, lambda: RkvClient(urls), status)
+    credentials = credentials_from(args)
+    client = RkvClient(urls, credentials=credentials)
+    replicator = Replicator(
+        config, client, lambda: RkvClient(urls, credentials=credentials), status
+    )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         status(f"redis-replicate: signal {signum}: stopping after the current batch")

@@ -53,7 +53,7 @@ def _cmd_node(args: argparse.Namespace) -> int:
         discovery = None
         if config.join_url is not None:
             # The running cluster's members become this node's peers.
-            discovery = discover(config.join_url)
+            discovery = discover(config.join_url, credentials=config.tls.peer_credentials)
             me = config.raft.self_member
             peers = [
                 f"{m.node_id},{m.raft_address},{m.http_url}"

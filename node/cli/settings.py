@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from http_api.request_size import body_limit
+from http_api.tls import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_TLS_HANDSHAKE_TIMEOUT
 from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
+from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
 from node.state.commands import MAX_TXN_OPS
@@ -90,6 +92,8 @@ class NodeConfig:
     """Where this node writes consistency-audit exports; None: <data_dir>/audit."""
     audit_keep: int = DEFAULT_KEEP
     audit_keep_age_seconds: float = DEFAULT_KEEP_AGE_SECONDS
+    tls: NodeTls = field(default_factory=NodeTls)
+    """HTTPS on the port (``tls.server``) and what calls to members present."""
 
     @property
     def audit_path(self) -> Path:
@@ -118,6 +122,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "peers, rebuild through raft and add this node as a member (RKV_JOIN)",
     )
     add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
+    add_tls_arguments(parser)
     add(
         "--insecure-dev-mode",
         action="store_true",
@@ -342,6 +347,29 @@ def _ratio(text: str | None, what: str, default: float) -> float:
     return value
 
 
+def _tls_and_advertise_url(
+    args: argparse.Namespace, env: Mapping[str, str], host: str, port: int
+) -> tuple[NodeTls, str]:
+    """The TLS flags (node/cli/tls_settings.py) and --advertise-url, else this node's
+    --listen address, https:// with TLS on."""
+    tls = node_tls(
+        lambda name: _value(args, env, name),
+        lambda text: _positive_float(
+            text, "--tls-handshake-timeout", DEFAULT_TLS_HANDSHAKE_TIMEOUT
+        ),
+    )
+    given = _value(args, env, "advertise_url")
+    scheme = "https" if tls.server is not None else "http"
+    if not given:
+        return tls, f"{scheme}://{host}:{port}"
+    if tls.server is not None and not given.startswith("https://"):
+        raise ConfigError(
+            f"--advertise-url must be an https:// URL when the port speaks TLS "
+            f"(--tls-cert), not {given!r}: clients and members would send plain HTTP to it"
+        )
+    return tls, given.rstrip("/")
+
+
 def parse_peer(text: str) -> Member:
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 3 or not all(parts):
@@ -458,9 +486,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     http_host, http_port = _address(_value(args, env, "listen") or "127.0.0.1:8001", "--listen")
     raft_text = _required(_value(args, env, "raft_listen"), "--raft-listen", "RAFT_LISTEN")
     _address(raft_text, "--raft-listen")
-    advertise = (_value(args, env, "advertise_url") or f"http://{http_host}:{http_port}").rstrip(
-        "/"
-    )
+    tls, advertise = _tls_and_advertise_url(args, env, http_host, http_port)
     peers_text = _value(args, env, "peers") or ""
     peers = tuple(parse_peer(p) for p in peers_text.split(";") if p.strip())
     join_url = (_value(args, env, "join") or "").rstrip("/") or None
@@ -613,4 +639,5 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         audit_keep_age_seconds=audit_keep_age,
         transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,
+        tls=tls,
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from http_api.client.control import HttpStatusError, open_stream, snapshot_url
+from http_api.client.credentials import Credentials
 from node.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -32,6 +33,7 @@ from node.cli.common import (
     positive_float,
     positive_int,
 )
+from node.cli.credential_flags import add_credentials_arguments, credentials_from
 from node.errors import ConfigError, SnapshotFormatError, StorageError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES
 from node.snapshot.file import SnapshotHeader, restore_snapshot, verify_snapshot
@@ -74,13 +76,13 @@ class _Ticker:
             sys.stderr.flush()
 
 
-def _download(source: str, target: Path, timeout: float) -> int:
+def _download(source: str, target: Path, timeout: float, credentials: Credentials | None) -> int:
     """Stream ``source`` into ``target``; returns the bytes received."""
     tick = _Ticker()
     received = 0
     with ExitStack() as stack:
         try:
-            response = stack.enter_context(open_stream(source, timeout))
+            response = stack.enter_context(open_stream(source, timeout, credentials))
         except HttpStatusError as error:
             raise _Failed(f"{source} refused: {error.describe()}", EXIT_REFUSED) from None
         except (OSError, ValueError) as error:
@@ -111,7 +113,9 @@ def _download(source: str, target: Path, timeout: float) -> int:
     return received
 
 
-def save_snapshot(url: str, path: Path, timeout: float = 600.0) -> int:
+def save_snapshot(
+    url: str, path: Path, timeout: float = 600.0, credentials: Credentials | None = None
+) -> int:
     """Download a node's snapshot (``GET /v1/snapshot``) to ``path``.
 
     The file goes to a temporary name beside ``path``, is verified whole
@@ -132,7 +136,7 @@ def save_snapshot(url: str, path: Path, timeout: float = 600.0) -> int:
     os.close(fd)
     partial = Path(name)
     try:
-        size = _download(source, partial, timeout)
+        size = _download(source, partial, timeout, credentials)
         header = verify_snapshot(partial)
         os.replace(partial, path)
         fsync_directory(directory)
@@ -216,6 +220,7 @@ def add_commands(sub: Any) -> None:
     save.add_argument("file", type=Path)
     save.add_argument("--url", default=None, help=f"the node (default: {default_url_help()})")
     save.add_argument("--timeout", type=positive_float, default=600.0)
+    add_credentials_arguments(save)
     restore = actions.add_parser(
         "restore", help="seed a new, empty data directory from a snapshot FILE"
     )
@@ -232,7 +237,12 @@ def add_commands(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.snapshot_command == "save":
         url = args.url or default_url()
-        return save_snapshot(url, args.file, timeout=args.timeout)
+        try:
+            credentials = credentials_from(args)
+        except ValueError as exc:
+            _complain(str(exc), _SAVE)
+            return EXIT_USAGE
+        return save_snapshot(url, args.file, timeout=args.timeout, credentials=credentials)
     options = {} if args.max_value_bytes is None else {"max_value_bytes": args.max_value_bytes}
     return restore_snapshot_command(
         args.file, args.data_dir, keep_raft_index=args.keep_raft_index, **options

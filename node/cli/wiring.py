@@ -40,7 +40,11 @@ async def serve(
         config.raft,
         storage,
         machine,
-        functools.partial(catch_up, idle_timeout=config.transfer_idle_timeout),
+        functools.partial(
+            catch_up,
+            idle_timeout=config.transfer_idle_timeout,
+            credentials=config.tls.peer_credentials,
+        ),
     )
     # Set before raft starts: an audit entry applied at start-up is exported too.
     exporter = AuditExporter(
@@ -113,7 +117,9 @@ async def serve(
             max_body_bytes_in_flight=config.max_body_bytes_in_flight,
             fair_share_busy=config.fair_share_busy,
         )
-        http = HttpServer(service, config.http_host, config.http_port, audits, limits)
+        http = HttpServer(
+            service, config.http_host, config.http_port, audits, limits, tls=config.tls.server
+        )
         await http.start()
         logger.info(
             "node %s: HTTP on %s, raft on %s%s",
@@ -129,6 +135,7 @@ async def serve(
                     config.join_url,
                     Member(config.node_id, config.raft_address, config.advertise_url),
                     discovery,
+                    config.tls.peer_credentials,
                 )
             )
         try:

@@ -27,6 +27,7 @@ import shutil
 import time
 
 from http_api.client.control import ControlClient, HttpStatusError
+from http_api.client.credentials import Credentials
 from node.errors import ReplicationError
 from node.snapshot.format import SnapshotReader
 from node.snapshot.install import install_snapshot
@@ -52,18 +53,24 @@ def catch_up(
     to_offset: int,
     *,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    credentials: Credentials | None = None,
 ) -> int:
     """Bring the state to raft index ``to_index`` and offset ``to_offset`` from
     ``source_url``: the missing range of its log when it is complete there, else
-    its whole state. Returns the records pulled or keys installed. Raises
-    ReplicationError, SnapshotFormatError, StorageError or OSError."""
+    its whole state. Returns the records pulled or keys installed. ``credentials``: the
+    CA the source's https:// URL is verified against, and this node's certificate.
+    Raises ReplicationError, SnapshotFormatError, StorageError or OSError."""
     try:
-        return pull_range(storage, source_url, to_offset, to_index, idle_timeout)
+        return pull_range(
+            storage, source_url, to_offset, to_index, idle_timeout, credentials=credentials
+        )
     except HttpStatusError as exc:
         if exc.status != 409:
             raise
         logger.info("catching up: %s has compacted the range; installing its state", source_url)
-    return install_state(storage, source_url, to_index, to_offset, idle_timeout)
+    return install_state(
+        storage, source_url, to_index, to_offset, idle_timeout, credentials=credentials
+    )
 
 
 def pull_range(
@@ -72,6 +79,8 @@ def pull_range(
     to_offset: int,
     raft_index: int,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    *,
+    credentials: Credentials | None = None,
 ) -> int:
     """Pull the offsets after this node's applied offset up to ``to_offset``, which the
     source holds complete; afterwards the state stands at ``raft_index``."""
@@ -81,7 +90,7 @@ def pull_range(
     decoder = RecordDecoder(source_url, log.max_record_bytes)
     pulled = received = 0
     started = time.monotonic()
-    control = ControlClient([source_url], idle_timeout)
+    control = ControlClient([source_url], idle_timeout, credentials)
     with control.log_range(source_url, from_offset, to_offset) as response:
         head = int(response.getheader("Rkv-Head-Offset") or 0)
         if head < to_offset:
@@ -118,6 +127,8 @@ def install_state(
     to_index: int,
     to_offset: int,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    *,
+    credentials: Credentials | None = None,
 ) -> int:
     """Install ``source_url``'s whole state (at or above ``to_index``/``to_offset``)."""
     started = time.monotonic()
@@ -127,7 +138,7 @@ def install_state(
     try:
         snapshot = directory / "leader.snapshot"
         logger.info("catching up: downloading the state of %s", source_url)
-        received = download_snapshot(source_url, snapshot, idle_timeout)
+        received = download_snapshot(source_url, snapshot, idle_timeout, credentials)
         with open(snapshot, "rb") as f:
             header = SnapshotReader(f, str(snapshot)).header
         if header.applied_index < to_index or header.applied_offset < to_offset:

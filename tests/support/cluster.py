@@ -3,6 +3,12 @@
 ``LocalCluster`` starts ``python -m node.cli node`` processes with free ports,
 a cluster secret and a data directory each; it stops them by PID. Helpers
 mirror rqlite's system tests: leader(), followers(), wait_for_new_leader(old).
+
+With ``tls=ClusterTls()`` the nodes serve HTTPS with certificates that
+``rkv certs create``'s code makes under the cluster's directory (a CA, one
+certificate per node, client certificates), verify each other with that CA,
+and with ``client_ca=True`` ask clients for certificates too; node URLs are
+https:// and :func:`http` verifies them with the CA.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -23,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from http_api.client.credentials import Credentials
+from node.cli.cert_authority import CertificatePlan, create_certificates
 from tests.support.memcg import MemoryCgroup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,20 +65,40 @@ def http(
     body: bytes | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 15.0,
+    context: ssl.SSLContext | None = None,
 ) -> Response:
-    """One HTTP request; never raises for an HTTP status, and does not follow redirects."""
+    """One HTTP request; never raises for an HTTP status, and does not follow redirects.
+    ``context``: the TLS context for an https:// URL (default: the test clusters' CA,
+    see :data:`TEST_TLS`)."""
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
             return None
 
-    opener = urllib.request.build_opener(NoRedirect)
+    if context is None and url.startswith("https://"):
+        context = TEST_TLS.get("context")
+    opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPSHandler(context=context))
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with opener.open(request, timeout=timeout) as response:
             return Response(response.status, response.read(), dict(response.headers))
     except urllib.error.HTTPError as error:
         return Response(error.code, error.read(), dict(error.headers))
+
+
+TEST_TLS: dict[str, ssl.SSLContext] = {}
+"""The client context of the last TLS cluster created in this process (its CA), which
+:func:`http` uses for https:// URLs unless given another."""
+
+
+@dataclass(frozen=True)
+class ClusterTls:
+    """TLS for a LocalCluster: certificates made under ``<base_dir>/certs``."""
+
+    client_ca: bool = False
+    """Ask clients for a certificate (--tls-client-ca: mutual TLS)."""
+    clients: tuple[str, ...] = ("alice",)
+    """Client certificates to make (their CN is the name)."""
 
 
 @dataclass
@@ -82,10 +111,11 @@ class NodeProcess:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     stopped_with_sigstop: bool = False
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{self.scheme}://127.0.0.1:{self.http_port}"
 
     @property
     def raft_address(self) -> str:
@@ -111,9 +141,12 @@ class LocalCluster:
     nodes: list[NodeProcess] = field(default_factory=list)
     memory_groups: list[MemoryCgroup] = field(default_factory=list)
     """When given, node i's process starts inside memory_groups[i] (tests/support/memcg.py)."""
+    tls: ClusterTls | None = None
+    """When given, the nodes serve HTTPS (see the module's docstring)."""
 
     def __post_init__(self) -> None:
         self.secret_file = self.base_dir / "cluster.secret"
+        self.certs_dir = self.base_dir / "certs"
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.secret_file.write_text("test-secret-" + os.urandom(16).hex())
         ports = free_ports(2 * self.size)
@@ -121,11 +154,61 @@ class LocalCluster:
             data_dir = self.base_dir / f"n{i}"
             self.nodes.append(
                 NodeProcess(
-                    f"n{i}", ports[2 * i], ports[2 * i + 1], data_dir, [], data_dir / "node.log"
+                    f"n{i}",
+                    ports[2 * i],
+                    ports[2 * i + 1],
+                    data_dir,
+                    [],
+                    data_dir / "node.log",
+                    scheme="https" if self.tls else "http",
                 )
             )
+        if self.tls is not None:
+            self._make_certificates([n.node_id for n in self.nodes], self.tls.clients)
+            TEST_TLS["context"] = self.client_context()
         for node in self.nodes:
             node.args = self._args(node)
+
+    # -- TLS ------------------------------------------------------------------------
+
+    def _make_certificates(self, nodes: list[str], clients: tuple[str, ...] = ()) -> None:
+        plan = CertificatePlan(self.certs_dir, ("127.0.0.1",), tuple(nodes), clients)
+        create_certificates(plan, reuse_ca=True)
+
+    def cert(self, name: str) -> Path:
+        return self.certs_dir / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        return self.certs_dir / f"{name}.key"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.cert("ca")
+
+    def credentials(self, client: str | None = None) -> Credentials:
+        """What a client needs: the cluster's CA, and ``client``'s certificate."""
+        return Credentials(
+            cafile=str(self.ca_file),
+            certfile=None if client is None else str(self.cert(client)),
+            keyfile=None if client is None else str(self.key(client)),
+        )
+
+    def client_context(self, client: str | None = None) -> ssl.SSLContext:
+        context = self.credentials(client).ssl_context()
+        assert context is not None
+        return context
+
+    def _tls_args(self, node: NodeProcess) -> list[str]:
+        if self.tls is None:
+            return []
+        args = [
+            "--tls-cert", str(self.cert(node.node_id)),
+            "--tls-key", str(self.key(node.node_id)),
+            "--tls-ca", str(self.ca_file),
+        ]  # fmt: skip
+        if self.tls.client_ca:
+            args += ["--tls-client-ca", str(self.ca_file)]
+        return args
 
     def _args(self, node: NodeProcess) -> list[str]:
         args = [
@@ -134,6 +217,7 @@ class LocalCluster:
             "--listen", f"127.0.0.1:{node.http_port}",
             "--raft-listen", node.raft_address,
             "--secret-file", str(self.secret_file),
+            *self._tls_args(node),
         ]  # fmt: skip
         for peer in self.nodes:
             if peer is not node:
@@ -275,6 +359,7 @@ class LocalCluster:
             "--listen", f"127.0.0.1:{node.http_port}",
             "--raft-listen", node.raft_address,
             "--secret-file", str(self.secret_file),
+            *self._tls_args(node),
             "--join", join_url,
             *self.extra_args,
         ]  # fmt: skip
@@ -283,7 +368,17 @@ class LocalCluster:
         """Start a new node with ``--join join_url`` (fresh ports and data directory)."""
         http_port, raft_port = free_ports(2)
         data_dir = self.base_dir / node_id
-        node = NodeProcess(node_id, http_port, raft_port, data_dir, [], data_dir / "node.log")
+        node = NodeProcess(
+            node_id,
+            http_port,
+            raft_port,
+            data_dir,
+            [],
+            data_dir / "node.log",
+            scheme="https" if self.tls else "http",
+        )
+        if self.tls is not None:
+            self._make_certificates([node_id])
         node.args = self.join_args(node, join_url)
         self.nodes.append(node)
         self.start_node(len(self.nodes) - 1)

@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from http_api.app import build_app
+from http_api.auth_api import AuthApi
 from http_api.connections import (
     MAX_LINE_BYTES,
     ConnectionCounts,
@@ -28,6 +29,8 @@ class HttpServer:
         port: int,
         audits: AuditApi | None = None,
         limits: HttpLimits | None = None,
+        *,
+        auth: AuthApi | None = None,
     ) -> None:
         self.limits = limits or HttpLimits()
         self.counts = ConnectionCounts(self.limits)
@@ -42,7 +45,7 @@ class HttpServer:
             # an hour: a client could hold thousands of sockets for nothing).
             "keepalive_timeout": self.limits.idle_timeout,
         }
-        app = build_app(service, audits, self.limits)
+        app = build_app(service, audits, self.limits, auth)
         self.counts.shares = app[SHARES]
         self._runner = web.AppRunner(
             app,

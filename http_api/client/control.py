@@ -23,12 +23,16 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 MAX_REDIRECTS = 5
+
+HeadersHook = Callable[[], Mapping[str, str]]
+"""Extra request headers, asked for on every request (auth, issue 16: a member sends a
+fresh member token on its calls to other members)."""
 
 
 class HttpStatusError(OSError):
@@ -76,11 +80,17 @@ def _decode(raw: bytes) -> Any:
 
 
 def _exchange(
-    url: str, method: str, body: bytes | None, timeout: float
+    url: str,
+    method: str,
+    body: bytes | None,
+    timeout: float,
+    extra_headers: HeadersHook | None = None,
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     """One request; the caller reads and closes. Network failures raise OSError."""
     conn, target = _connect(url, timeout)
     headers = {"Content-Type": "application/json"} if body is not None else {}
+    if extra_headers is not None:  # auth (issue 16)
+        headers.update(extra_headers())
     try:
         conn.request(method, target, body=body, headers=headers)
         return conn, conn.getresponse()
@@ -103,7 +113,13 @@ def _refusal(url: str, response: http.client.HTTPResponse) -> HttpStatusError:
 
 
 def request_json(
-    urls: Sequence[str], method: str, path: str, body: Any = None, timeout: float = 30.0
+    urls: Sequence[str],
+    method: str,
+    path: str,
+    body: Any = None,
+    timeout: float = 30.0,
+    *,
+    headers: HeadersHook | None = None,
 ) -> tuple[int, Any]:
     """One request to the first of ``urls`` that answers, following 307s to the leader.
 
@@ -115,7 +131,7 @@ def request_json(
         target = f"{base.rstrip('/')}{path}"
         for _ in range(MAX_REDIRECTS):
             try:
-                conn, response = _exchange(target, method, data, timeout)
+                conn, response = _exchange(target, method, data, timeout, headers)
                 try:
                     raw = response.read()
                 finally:
@@ -136,9 +152,11 @@ def request_json(
     return 0, last
 
 
-def post_json(url: str, body: Any, timeout: float) -> tuple[int, dict[str, Any], str | None]:
+def post_json(
+    url: str, body: Any, timeout: float, headers: HeadersHook | None = None
+) -> tuple[int, dict[str, Any], str | None]:
     """POST ``body`` to ``url`` without following a redirect: (status, answer, Location)."""
-    conn, response = _exchange(url, "POST", json.dumps(body).encode(), timeout)
+    conn, response = _exchange(url, "POST", json.dumps(body).encode(), timeout, headers)
     try:
         answer = _decode(response.read())
     finally:
@@ -150,19 +168,21 @@ def post_json(url: str, body: Any, timeout: float) -> tuple[int, dict[str, Any],
     )
 
 
-def get_json(url: str, timeout: float) -> Any:
+def get_json(url: str, timeout: float, headers: HeadersHook | None = None) -> Any:
     """The JSON document at ``url``. Raises HttpStatusError, OSError or ValueError."""
-    with open_stream(url, timeout) as response:
+    with open_stream(url, timeout, headers) as response:
         return json.loads(response.read())
 
 
 @contextmanager
-def open_stream(url: str, timeout: float) -> Iterator[http.client.HTTPResponse]:
+def open_stream(
+    url: str, timeout: float, headers: HeadersHook | None = None
+) -> Iterator[http.client.HTTPResponse]:
     """A GET whose body the caller reads in chunks (``.read(n)``, ``.getheader()``).
 
     Raises HttpStatusError for an error status, OSError when the node cannot be
     reached, ValueError for a URL that is not http(s)."""
-    conn, response = _exchange(url, "GET", None, timeout)
+    conn, response = _exchange(url, "GET", None, timeout, headers)
     try:
         if response.status >= 400:
             raise _refusal(url, response)
@@ -181,24 +201,33 @@ class ControlClient:
     downloads are context managers yielding the response to read in chunks.
     """
 
-    def __init__(self, urls: Sequence[str], timeout: float = 30.0) -> None:
+    def __init__(
+        self, urls: Sequence[str], timeout: float = 30.0, headers: HeadersHook | None = None
+    ) -> None:
         self.urls = [url.rstrip("/") for url in urls]
         self.timeout = timeout
+        self.headers = headers  # auth (issue 16): sent on every call
 
     def members(self) -> tuple[int, Any]:
-        return request_json(self.urls, "GET", "/v1/cluster/members", None, self.timeout)
+        return request_json(
+            self.urls, "GET", "/v1/cluster/members", None, self.timeout, headers=self.headers
+        )
 
     def add_member(self, node_id: str, raft_address: str, url: str) -> tuple[int, Any]:
         body = {"id": node_id, "raft_address": raft_address, "url": url}
-        return request_json(self.urls, "POST", "/v1/cluster/members", body, self.timeout)
+        return request_json(
+            self.urls, "POST", "/v1/cluster/members", body, self.timeout, headers=self.headers
+        )
 
     def set_member_url(self, node_id: str, url: str) -> tuple[int, Any]:
         path = "/v1/cluster/members/" + path_part(node_id)
-        return request_json(self.urls, "PUT", path, {"url": url}, self.timeout)
+        return request_json(
+            self.urls, "PUT", path, {"url": url}, self.timeout, headers=self.headers
+        )
 
     def remove_member(self, node_id: str) -> tuple[int, Any]:
         path = "/v1/cluster/members/" + path_part(node_id)
-        return request_json(self.urls, "DELETE", path, None, self.timeout)
+        return request_json(self.urls, "DELETE", path, None, self.timeout, headers=self.headers)
 
     def start_audit(
         self, audit_id: str | None = None, buckets: int | None = None
@@ -208,25 +237,31 @@ class ControlClient:
             body["audit_id"] = audit_id
         if buckets is not None:
             body["buckets"] = buckets
-        return request_json(self.urls, "POST", "/v1/audit", body, self.timeout)
+        return request_json(
+            self.urls, "POST", "/v1/audit", body, self.timeout, headers=self.headers
+        )
 
     def status(self, node_url: str) -> tuple[int, Any]:
-        return request_json([node_url], "GET", "/v1/status", None, self.timeout)
+        return request_json(
+            [node_url], "GET", "/v1/status", None, self.timeout, headers=self.headers
+        )
 
     def audit_status(self, node_url: str, audit_id: str) -> tuple[int, Any]:
         path = "/v1/audit/" + path_part(audit_id)
-        return request_json([node_url], "GET", path, None, self.timeout)
+        return request_json([node_url], "GET", path, None, self.timeout, headers=self.headers)
 
     def compact(self, node_url: str) -> tuple[int, Any]:
         """Force a compaction of that node's commit log (it may take minutes)."""
-        return request_json([node_url], "POST", "/v1/admin/compact", None, self.timeout)
+        return request_json(
+            [node_url], "POST", "/v1/admin/compact", None, self.timeout, headers=self.headers
+        )
 
     def audit_file(
         self, node_url: str, audit_id: str, name: str
     ) -> AbstractContextManager[http.client.HTTPResponse]:
         """One file of that node's export of an audit, streamed."""
         path = f"/v1/audit/{path_part(audit_id)}/files/{path_part(name)}"
-        return open_stream(node_url.rstrip("/") + path, self.timeout)
+        return open_stream(node_url.rstrip("/") + path, self.timeout, self.headers)
 
     def snapshot(
         self, node_url: str, transfer: str | None = None, after: bytes | None = None
@@ -238,12 +273,14 @@ class ControlClient:
         if transfer is not None:
             key = base64.urlsafe_b64encode(after or b"").decode().rstrip("=")
             url += f"?transfer={quote(transfer)}&after={key}"
-        return open_stream(url, self.timeout)
+        return open_stream(url, self.timeout, self.headers)
 
     def release_snapshot(self, node_url: str, transfer: str) -> tuple[int, Any]:
         """Let that node drop the view it holds for a finished download."""
         path = f"/v1/snapshot?transfer={quote(transfer)}"
-        return request_json([node_url.rstrip("/")], "DELETE", path, None, self.timeout)
+        return request_json(
+            [node_url.rstrip("/")], "DELETE", path, None, self.timeout, headers=self.headers
+        )
 
     def log_range(
         self, node_url: str, first: int, last: int
@@ -251,7 +288,7 @@ class ControlClient:
         """Offsets ``first``..``last`` of that node's commit log, served only while no
         compaction has touched them (HttpStatusError 409 otherwise), streamed."""
         path = f"/v1/log?from={first}&to={last}&complete=1"
-        return open_stream(node_url.rstrip("/") + path, self.timeout)
+        return open_stream(node_url.rstrip("/") + path, self.timeout, self.headers)
 
 
 def snapshot_url(url: str) -> str:

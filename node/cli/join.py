@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from http_api.client.control import get_json, post_json
+from http_api.client.control import HeadersHook, get_json, post_json
 from node.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -46,14 +46,16 @@ class Discovery:
     leader_url: str | None
 
 
-def discover(url: str, timeout: float = DISCOVER_SECONDS) -> Discovery:
+def discover(
+    url: str, timeout: float = DISCOVER_SECONDS, headers: HeadersHook | None = None
+) -> Discovery:
     """The members and leader a running node at ``url`` reports. Raises ConfigError."""
     deadline = time.monotonic() + timeout
     base = url.rstrip("/")
     last = "no answer"
     while True:
         try:
-            status = get_json(f"{base}/v1/status", _REQUEST_TIMEOUT)
+            status = get_json(f"{base}/v1/status", _REQUEST_TIMEOUT, headers)  # auth: headers
             members = tuple(
                 Member(str(m["id"]), str(m["raft_address"]), str(m["url"]).rstrip("/"))
                 for m in status.get("members") or []
@@ -70,9 +72,11 @@ def discover(url: str, timeout: float = DISCOVER_SECONDS) -> Discovery:
         time.sleep(1.0)
 
 
-def _post_member(url: str, me: Member) -> tuple[int, dict[str, Any], str | None]:
+def _post_member(
+    url: str, me: Member, headers: HeadersHook | None = None
+) -> tuple[int, dict[str, Any], str | None]:
     body = {"id": me.node_id, "raft_address": me.raft_address, "url": me.http_url}
-    return post_json(f"{url.rstrip('/')}/v1/cluster/members", body, timeout=60.0)
+    return post_json(f"{url.rstrip('/')}/v1/cluster/members", body, 60.0, headers)
 
 
 def add_self(
@@ -81,6 +85,8 @@ def add_self(
     leader_url: str | None,
     timeout: float = ANNOUNCE_SECONDS,
     stopped: threading.Event | None = None,
+    *,
+    headers: HeadersHook | None = None,  # auth (issue 16): the member token
 ) -> dict[str, Any]:
     """POST ``me`` to the leader until it is a member. Raises RuntimeError."""
     deadline = time.monotonic() + timeout
@@ -89,7 +95,7 @@ def add_self(
     stopped = stopped or threading.Event()
     while time.monotonic() < deadline and not stopped.is_set():
         try:
-            status, answer, location = _post_member(target, me)
+            status, answer, location = _post_member(target, me, headers)
         except OSError as exc:
             status, answer, location = 0, {"message": str(exc)}, None
         if status == 200:
@@ -104,13 +110,15 @@ def add_self(
         # asking the cluster again who leads.
         time.sleep(1.0)
         try:
-            target = discover(join_url, timeout=5.0).leader_url or join_url
+            target = discover(join_url, 5.0, headers).leader_url or join_url
         except ConfigError:
             target = join_url
     raise RuntimeError(f"could not add this node within {timeout:g}s: {last}")
 
 
-async def announce(join_url: str, me: Member, discovery: Discovery) -> None:
+async def announce(
+    join_url: str, me: Member, discovery: Discovery, headers: HeadersHook | None = None
+) -> None:
     """Add this node to the cluster unless it already is a member (logged, never raised)."""
     if any(
         m.node_id == me.node_id and m.raft_address == me.raft_address for m in discovery.members
@@ -131,7 +139,7 @@ async def announce(join_url: str, me: Member, discovery: Discovery) -> None:
 
     def work() -> None:
         try:
-            answer = add_self(join_url, me, discovery.leader_url, stopped=stopped)
+            answer = add_self(join_url, me, discovery.leader_url, stopped=stopped, headers=headers)
         except Exception as exc:  # handed to the loop
             loop.call_soon_threadsafe(settle, None, exc)
         else:

@@ -26,7 +26,7 @@ import logging
 import shutil
 import time
 
-from http_api.client.control import ControlClient, HttpStatusError
+from http_api.client.control import ControlClient, HeadersHook, HttpStatusError
 from node.errors import ReplicationError
 from node.snapshot.format import SnapshotReader
 from node.snapshot.install import install_snapshot
@@ -52,18 +52,19 @@ def catch_up(
     to_offset: int,
     *,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    headers: HeadersHook | None = None,
 ) -> int:
     """Bring the state to raft index ``to_index`` and offset ``to_offset`` from
     ``source_url``: the missing range of its log when it is complete there, else
     its whole state. Returns the records pulled or keys installed. Raises
     ReplicationError, SnapshotFormatError, StorageError or OSError."""
     try:
-        return pull_range(storage, source_url, to_offset, to_index, idle_timeout)
+        return pull_range(storage, source_url, to_offset, to_index, idle_timeout, headers=headers)
     except HttpStatusError as exc:
         if exc.status != 409:
             raise
         logger.info("catching up: %s has compacted the range; installing its state", source_url)
-    return install_state(storage, source_url, to_index, to_offset, idle_timeout)
+    return install_state(storage, source_url, to_index, to_offset, idle_timeout, headers=headers)
 
 
 def pull_range(
@@ -72,6 +73,8 @@ def pull_range(
     to_offset: int,
     raft_index: int,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    *,
+    headers: HeadersHook | None = None,  # auth (issue 16): the member token
 ) -> int:
     """Pull the offsets after this node's applied offset up to ``to_offset``, which the
     source holds complete; afterwards the state stands at ``raft_index``."""
@@ -81,7 +84,7 @@ def pull_range(
     decoder = RecordDecoder(source_url, log.max_record_bytes)
     pulled = received = 0
     started = time.monotonic()
-    control = ControlClient([source_url], idle_timeout)
+    control = ControlClient([source_url], idle_timeout, headers)
     with control.log_range(source_url, from_offset, to_offset) as response:
         head = int(response.getheader("Rkv-Head-Offset") or 0)
         if head < to_offset:
@@ -118,6 +121,8 @@ def install_state(
     to_index: int,
     to_offset: int,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
+    *,
+    headers: HeadersHook | None = None,  # auth (issue 16): the member token
 ) -> int:
     """Install ``source_url``'s whole state (at or above ``to_index``/``to_offset``)."""
     started = time.monotonic()
@@ -127,7 +132,7 @@ def install_state(
     try:
         snapshot = directory / "leader.snapshot"
         logger.info("catching up: downloading the state of %s", source_url)
-        received = download_snapshot(source_url, snapshot, idle_timeout)
+        received = download_snapshot(source_url, snapshot, idle_timeout, headers)
         with open(snapshot, "rb") as f:
             header = SnapshotReader(f, str(snapshot)).header
         if header.applied_index < to_index or header.applied_offset < to_offset:

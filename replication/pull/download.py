@@ -26,7 +26,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from http_api.client.control import ControlClient, HttpStatusError
+from http_api.client.control import ControlClient, HeadersHook, HttpStatusError
 from node.errors import ReplicationError
 from node.snapshot.format import HEADER_BYTES, HEADER_FIELDS, TRAILER, TRAILER_MAGIC
 from node.storage.record import BODY_HEADER, PREFIX
@@ -63,10 +63,12 @@ class _Meter:
             )
 
 
-def download_snapshot(source_url: str, path: Path, idle_timeout: float) -> int:
+def download_snapshot(
+    source_url: str, path: Path, idle_timeout: float, headers: HeadersHook | None = None
+) -> int:
     """Download ``source_url``'s state to ``path``; returns the bytes received.
     Raises ReplicationError, HttpStatusError or OSError."""
-    control = ControlClient([source_url], idle_timeout)
+    control = ControlClient([source_url], idle_timeout, headers)  # auth (issue 16): headers
     meter = _Meter(source_url)
     with open(path, "w+b") as f:
         transfer = ""

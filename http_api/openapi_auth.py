@@ -7,23 +7,52 @@ from typing import Any
 
 from http_api.openapi_common import ENCODING, errors, json_content
 from http_api.permissions import Need, need_of
+from node.service.passwords import MAX_PASSWORD_CHARS
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9._@-]{1,128}$"}
+_PASSWORD = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_PASSWORD_CHARS,
+    "description": f"1 to {MAX_PASSWORD_CHARS} characters",
+}
 _REVISION = json_content(
     {"type": "object", "properties": {"revision": {"type": "integer"}}},
     "Done: the auth revision after the change (every change invalidates every token)",
 )
-_PERMISSION = {
-    "type": "object",
-    "required": ["permission"],
-    "properties": {
-        "permission": {"type": "string", "enum": ["read", "write", "readwrite", "admin"]},
-        "key": {"type": "string", "description": "one key (base64, or text with encoding=utf-8)"},
-        "prefix": {"type": "string", "description": "every key starting with it"},
-        "checkpoint": {"type": "string", "description": "a replicator checkpoint's name"},
+_KINDS = {"type": "string", "enum": ["read", "write", "readwrite"]}
+_TARGETS = {
+    "key": {
+        "type": "string",
+        "minLength": 1,
+        "description": "one key (base64, or text with encoding=utf-8)",
     },
-    "description": "admin takes no target; the others take exactly one of key, prefix, "
-    "checkpoint (input only: listed as its internal key)",
+    "prefix": {"type": "string", "description": "every key starting with it"},
+    "checkpoint": {
+        "type": "string",
+        "pattern": "^[A-Za-z0-9._:/@-]{1,200}$",
+        "description": "a replicator checkpoint's name (input only: listed as its internal key)",
+    },
+}
+_PERMISSION = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["permission"],
+            "properties": {"permission": {"const": "admin"}},
+            "additionalProperties": False,
+        },
+        *(
+            {
+                "type": "object",
+                "required": ["permission", target],
+                "properties": {"permission": _KINDS, target: schema},
+                "additionalProperties": False,
+            }
+            for target, schema in _TARGETS.items()
+        ),
+    ],
+    "description": "admin takes no target; the others exactly one of key, prefix, checkpoint",
 }
 _ROLE = {
     "type": "object",
@@ -74,7 +103,7 @@ def auth_paths() -> dict[str, Any]:
         "required": ["name", "password"],
         "properties": {
             "name": _NAME,
-            "password": {"type": "string", "minLength": 1},
+            "password": _PASSWORD,
             "roles": {"type": "array", "items": _NAME},
         },
     }
@@ -90,7 +119,7 @@ def auth_paths() -> dict[str, Any]:
                     {
                         "type": "object",
                         "required": ["user", "password"],
-                        "properties": {"user": _NAME, "password": {"type": "string"}},
+                        "properties": {"user": _NAME, "password": _PASSWORD},
                     }
                 ),
                 "responses": {
@@ -173,7 +202,7 @@ def auth_paths() -> dict[str, Any]:
                     {
                         "type": "object",
                         "required": ["password"],
-                        "properties": {"password": {"type": "string", "minLength": 1}},
+                        "properties": {"password": _PASSWORD},
                     }
                 ),
             )

@@ -44,7 +44,8 @@ def parse_permission(body: Any, encoding: str) -> Permission:
     shape = '{"permission": read|write|readwrite|admin, "key"|"prefix"|"checkpoint": ...}'
     if not isinstance(body, dict):
         raise InvalidRequest(f"the body must be a JSON object: {shape}")
-    kind = PERMISSION_KINDS.get(body.get("permission"))  # type: ignore[arg-type]
+    name = body.get("permission")
+    kind = PERMISSION_KINDS.get(name) if isinstance(name, str) else None
     targets = [name for name in TARGETS if name in body]
     unknown = set(body) - {"permission", *TARGETS}
     if kind is None or unknown or len(targets) > 1:
@@ -113,7 +114,7 @@ def add_routes(app: web.Application) -> None:
     async def add_user(request: web.Request) -> web.Response:
         body = await _object(request, '{"name", "password", "roles"?}')
         answer = await auth(request).add_user(
-            body.get("name"), body.get("password"), body.get("roles")
+            body.get("name"), body.get("password"), body.get("roles", [])
         )
         return json_response(answer)
 

@@ -54,7 +54,7 @@ from node.service.kv import ConsensusLog, result_error
 from node.service.login_limits import FailedLogins
 from node.service.passwords import (
     MAX_CONCURRENT_HASHES,
-    MAX_PASSWORD_BYTES,
+    MAX_PASSWORD_CHARS,
     hash_password,
     verify_password,
 )
@@ -143,9 +143,9 @@ def _check_name(name: object, what: str) -> str:
 
 
 def _check_password(password: object) -> str:
-    if not isinstance(password, str) or not 0 < len(password.encode()) <= MAX_PASSWORD_BYTES:
+    if not isinstance(password, str) or not 0 < len(password) <= MAX_PASSWORD_CHARS:
         raise InvalidRequest(
-            f"a password is 1 to {MAX_PASSWORD_BYTES} bytes of UTF-8 text", code="invalid_password"
+            f"a password is 1 to {MAX_PASSWORD_CHARS} characters", code="invalid_password"
         )
     return password
 
@@ -350,8 +350,6 @@ class AuthService:
     async def add_user(self, name: Any, password: Any, roles: Any) -> dict[str, Any]:
         name = _check_name(name, "user")
         password = _check_password(password)
-        if roles is None:
-            roles = []
         if not isinstance(roles, list):
             raise InvalidRequest("roles must be an array of role names")
         checked = tuple(_check_name(role, "role") for role in roles)
@@ -451,6 +449,6 @@ def _basic(credentials: str) -> tuple[str, str]:
     user, colon, password = decoded.partition(":")
     if not colon or name_problem(user, "user") is not None or not password:
         raise Unauthenticated("wrong user name or password", code="invalid_credentials")
-    if len(password.encode()) > MAX_PASSWORD_BYTES:
+    if len(password) > MAX_PASSWORD_CHARS:
         raise Unauthenticated("wrong user name or password", code="invalid_credentials")
     return user, password

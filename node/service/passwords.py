@@ -30,7 +30,8 @@ SALT_BYTES = 16
 HASH_BYTES = 32
 MAX_CONCURRENT_HASHES = 2
 """scrypt runs at most this many at once per node (each takes 32 MiB)."""
-MAX_PASSWORD_BYTES = 1024
+MAX_PASSWORD_CHARS = 256
+"""The longest password, in characters (at most 1 KiB of UTF-8)."""
 _MAXMEM = 2 * 128 * SCRYPT_R * SCRYPT_N  # room above the 32 MiB scrypt needs
 
 

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from http_api import (
     routes_audit,
+    routes_auth,
     routes_kv,
     routes_log,
     routes_node,
@@ -14,6 +15,8 @@ from http_api import (
     routes_watch,
     routes_writes,
 )
+from http_api.auth_api import AuthApi
+from http_api.authn import AUTH, authenticate
 from http_api.body_budget import BUDGET, BodyBudget, hold_body_bytes
 from http_api.connections import LIMITS, HttpLimits, request_bounds, share_the_loop
 from http_api.errors import error_middleware
@@ -26,14 +29,27 @@ SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 
 
 def build_app(
-    service: KvApi, audits: AuditApi | None = None, limits: HttpLimits | None = None
+    service: KvApi,
+    audits: AuditApi | None = None,
+    limits: HttpLimits | None = None,
+    auth: AuthApi | None = None,
 ) -> web.Application:
-    """The app around ``service``; ``audits`` serves /v1/audit (503 without one)."""
+    """The app around ``service``; ``audits`` serves /v1/audit (503 without one), ``auth``
+    authenticates and authorizes requests once enabled (without one, nothing is checked
+    and /v1/auth answers 503)."""
     app = web.Application(
-        middlewares=[request_bounds, share_the_loop, error_middleware, hold_body_bytes],
+        middlewares=[
+            request_bounds,
+            share_the_loop,
+            error_middleware,
+            authenticate,
+            hold_body_bytes,
+        ],
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
+    if auth is not None:
+        app[AUTH] = auth
     app[LIMITS] = limits = limits or HttpLimits()
     app[SHARES] = FairShare(limits.fair_share_busy)
     app[BUDGET] = BodyBudget(
@@ -49,4 +65,5 @@ def build_app(
     routes_watch.add_routes(app, SERVICE, LIMITS)
     routes_producers.add_routes(app, SERVICE)
     routes_audit.add_routes(app, audits)
+    routes_auth.add_routes(app)
     return app

@@ -28,6 +28,7 @@ from node.errors import (
     RequestError,
     RequestTimeout,
     TransferExpired,
+    Unauthenticated,
     Unavailable,
     UnknownOutcome,
     VersionConflict,
@@ -43,6 +44,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (Conflict, 409),
     (PayloadTooLarge, 413),
     (LimitReached, 429),
+    (Unauthenticated, 401),
     (Forbidden, 403),
     (RequestTimeout, 408),
     (NotLeader, 307),
@@ -55,6 +57,8 @@ STATUS_BY_ERROR: tuple[tuple[type[RequestError], int], ...] = (
     (AuditExportFailed, 500),
     (RequestError, 400),
 )
+
+WWW_AUTHENTICATE = 'Basic realm="rkv", Bearer'
 
 _HTTP_CODES = {
     404: "no_such_endpoint",
@@ -85,6 +89,8 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
         else:
             body["leader_url"] = error.leader_url
             headers["Location"] = error.leader_url.rstrip("/") + path_qs
+    if isinstance(error, Unauthenticated):
+        headers["WWW-Authenticate"] = WWW_AUTHENTICATE
     if error.duplicate:
         headers["Rkv-Duplicate"] = "true"
     if isinstance(error, Unavailable | LimitReached) and error.retry_after is not None:

@@ -19,9 +19,17 @@ _ERROR_TEXT = {
     307: "Not the leader (consistency=leader, membership changes, audits): Location names "
     "the leader",
     400: "Invalid request (bad key, parameter, header or body; invalid_audit_id, invalid_buckets)",
-    403: "auth_required: this node serves on a non-loopback address without authentication "
-    "and refuses an operation that could redirect clients (a member's url)",
-    404: "No such key (or member). Audits: audit_not_found (this node has no export of it, "
+    401: "Authentication is on and the request carries no valid credentials "
+    '(WWW-Authenticate: Basic realm="rkv", Bearer): unauthenticated (none), '
+    "invalid_credentials (wrong user or password, or a client certificate naming no "
+    "user), invalid_token (not this cluster's, altered, or issued before the last change "
+    "of users or roles: ask for a new one), token_expired",
+    403: "permission_denied: the user lacks the permission the message names (e.g. needs "
+    "write on key 'x', needs read on prefix 'p', needs admin); auth_required: this node "
+    "serves on a non-loopback address without authentication and refuses an operation "
+    "that could redirect clients (a member's url)",
+    404: "No such key (or member). Auth: user_not_found, role_not_found, role_not_granted, "
+    "permission_not_granted. Audits: audit_not_found (this node has no export of it, "
     "or not yet), audit_not_finished, audit_file_not_found",
     409: "Conflict. Idempotent producer writes: producer_fenced (not the current epoch), "
     "out_of_order_sequence (a sequence was skipped), duplicate_sequence_too_old (a "
@@ -30,18 +38,23 @@ _ERROR_TEXT = {
     "membership_change_in_progress, member_exists, address_in_use, last_member or "
     "member_is_leader, member_unreachable (the new member does not answer on its raft "
     "address under the cluster secret). Audits: audit_exists, audit_running (an audit is "
-    "still being exported on the leader: start another once it is done)",
+    "still being exported on the leader: start another once it is done). Auth: "
+    "user_exists, role_exists, root_required (enabling needs the user root with the role "
+    "root; root cannot be deleted or lose it while auth is on), root_role_built_in, "
+    "cluster_secret_required (auth and tokens need the cluster secret)",
     410: "transfer_expired: the snapshot transfer to resume is no longer held: start again",
     412: "Precondition failed: body has current_version",
     413: "Value or body too large, or an append's result would be; txn_too_large: a txn "
     "of more compares and ops than the node's --max-txn-ops (1024 by default, at most "
     f"{MAX_TXN_OPS}); txn_result_too_large: a txn's get ops would return more "
     "keys and values than the node's --max-txn-result-bytes (8 MiB by default; the txn "
-    "wrote nothing)",
+    "wrote nothing); too_many_role_permissions (--max-role-permissions)",
     429: "A limit is reached; the code names it: too_many_producers (--max-producers; "
     "room is freed as idle producers expire), too_many_watches_per_address "
     "(--max-watches-per-address), too_many_connections_per_address "
-    "(--max-connections-per-address)",
+    "(--max-connections-per-address), too_many_failed_logins (--max-failed-logins per "
+    "user and address, --max-failed-logins-per-address, per minute; Retry-After), "
+    "too_many_users (--max-auth-users), too_many_roles (--max-auth-roles)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "

@@ -164,7 +164,8 @@ def _txn() -> dict[str, Any]:
         f"{MAX_TXN_OPS}) compares and ops in all.",
         "parameters": [ENCODING, *PRODUCER],
         "requestBody": {
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Txn"}}}
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Txn"}}},
         },
         "responses": write_responses(
             json_content({"$ref": "#/components/schemas/TxnResult"}, "Applied"),

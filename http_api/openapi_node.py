@@ -70,7 +70,13 @@ def node_paths() -> dict[str, Any]:
         },
         "/healthz": {
             "get": {
-                "summary": "The process is alive",
+                "summary": "The process is alive (the same as /livez)",
+                "responses": {"200": json_content({"type": "object"}, "Alive")},
+            }
+        },
+        "/livez": {
+            "get": {
+                "summary": "The process serves HTTP (open without credentials)",
                 "responses": {"200": json_content({"type": "object"}, "Alive")},
             }
         },

@@ -1,4 +1,5 @@
-"""Node endpoints: /v1/status, /v1/checkpoints, /healthz, /readyz, /v1/openapi.json,
+"""Node endpoints: /v1/status, /v1/checkpoints, /healthz and /livez (the process serves),
+/readyz, /v1/openapi.json,
 /v1/admin/compact, and membership: /v1/cluster/members (GET, POST) and
 /v1/cluster/members/{id} (DELETE)."""
 
@@ -88,6 +89,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     app.router.add_route("DELETE", "/v1/cluster/members/{id}", remove_member)
     app.router.add_route("PUT", "/v1/cluster/members/{id}", set_member_url)
     app.router.add_route("GET", "/healthz", healthz)
+    app.router.add_route("GET", "/livez", healthz)
     app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/v1/openapi.json", openapi)
     app.router.add_route("POST", "/v1/admin/compact", compact)

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from http_api.authn import principal_of
 from http_api.bodies import read_body, read_json
 from http_api.encoding import (
     encode_bytes,
@@ -26,6 +27,7 @@ from http_api.encoding import (
 )
 from http_api.errors import json_response
 from http_api.kv_api import KvApi
+from http_api.permissions import authorize_txn
 from http_api.routes_kv import KEY_PATH
 from http_api.txn_json import parse_txn, render_txn_result
 from node.errors import InvalidRequest, PayloadTooLarge
@@ -107,6 +109,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         body: Any = await read_json(request)
         kv = service(request)
         command = parse_txn(body, encoding, kv)
+        authorize_txn(principal_of(request), command)  # every key either branch may touch
         result = await kv.txn(command, producer_from_headers(request))
         return written(render_txn_result(result, encoding), result)
 

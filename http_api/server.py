@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from http_api.app import build_app
+from http_api.auth_api import AuthApi
 from http_api.connections import (
     MAX_LINE_BYTES,
     ConnectionCounts,
@@ -31,6 +32,7 @@ class HttpServer:
         limits: HttpLimits | None = None,
         *,
         tls: ServerTls | None = None,
+        auth: AuthApi | None = None,
     ) -> None:
         """``tls``: serve HTTPS only, with that certificate (its files are read now:
         a bad one raises OSError or ssl.SSLError before anything is served)."""
@@ -47,7 +49,7 @@ class HttpServer:
             # an hour: a client could hold thousands of sockets for nothing).
             "keepalive_timeout": self.limits.idle_timeout,
         }
-        app = build_app(service, audits, self.limits)
+        app = build_app(service, audits, self.limits, auth)
         self.counts.shares = app[SHARES]
         self._runner = web.AppRunner(
             app,

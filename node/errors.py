@@ -24,6 +24,9 @@ for business outcomes inside apply (a failed compare-and-set is a
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
         ├── AuditExportFailed         this node's export of an audit failed
         ├── LimitReached              a bounded resource is full (``code`` names the limit)
+        ├── Unauthenticated           no credentials, or credentials that do not check
+        ├── Forbidden                 refused to this caller
+        │   └── PermissionDenied      the caller lacks the permission the message names
         └── Unavailable               the cluster cannot serve it now
             ├── NotApplied            the write was definitely not applied; retry is safe
             ├── UnknownOutcome        the write may or may not have been applied
@@ -131,6 +134,19 @@ class Forbidden(RequestError):
     """The node refuses this operation to this caller (403)."""
 
     code = "forbidden"
+
+
+class PermissionDenied(Forbidden):
+    """The authenticated caller lacks a permission; the message names it (403)."""
+
+    code = "permission_denied"
+
+
+class Unauthenticated(RequestError):
+    """No credentials, or credentials that do not check (401). ``code``:
+    ``unauthenticated``, ``invalid_credentials``, ``invalid_token`` or ``token_expired``."""
+
+    code = "unauthenticated"
 
 
 class RequestTimeout(RequestError):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
@@ -38,6 +38,10 @@ from http_api.client.credentials import NO_CREDENTIALS, Credentials
 from http_api.client.wire import tls_failure
 
 MAX_REDIRECTS = 5
+
+HeadersHook = Callable[[], Mapping[str, str]]
+"""Extra request headers, asked for on every request (auth, issue 16: a member sends a
+fresh member token on its calls to other members)."""
 
 
 class HttpStatusError(OSError):
@@ -94,13 +98,21 @@ def _decode(raw: bytes) -> Any:
 
 
 def _exchange(
-    url: str, method: str, body: bytes | None, timeout: float, credentials: Credentials | None
+    url: str,
+    method: str,
+    body: bytes | None,
+    timeout: float,
+    credentials: Credentials | None,
+    *,
+    extra_headers: HeadersHook | None = None,
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     """One request; the caller reads and closes. Network failures raise OSError."""
     credentials = credentials or NO_CREDENTIALS
     conn, target = _connect(url, timeout, credentials)
     headers = {"Content-Type": "application/json"} if body is not None else {}
     headers.update(credentials.headers())
+    if extra_headers is not None:  # a member's token (auth, issue 16)
+        headers.update(extra_headers())
     try:
         conn.request(method, target, body=body, headers=headers)
         return conn, conn.getresponse()
@@ -130,6 +142,7 @@ def request_json(
     timeout: float = 30.0,
     *,
     credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
 ) -> tuple[int, Any]:
     """One request to the first of ``urls`` that answers, following 307s to the leader.
 
@@ -141,7 +154,9 @@ def request_json(
         target = f"{base.rstrip('/')}{path}"
         for _ in range(MAX_REDIRECTS):
             try:
-                conn, response = _exchange(target, method, data, timeout, credentials)
+                conn, response = _exchange(
+                    target, method, data, timeout, credentials, extra_headers=headers
+                )
                 try:
                     raw = response.read()
                 finally:
@@ -165,10 +180,16 @@ def request_json(
 
 
 def post_json(
-    url: str, body: Any, timeout: float, credentials: Credentials | None = None
+    url: str,
+    body: Any,
+    timeout: float,
+    *,
+    credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
 ) -> tuple[int, dict[str, Any], str | None]:
     """POST ``body`` to ``url`` without following a redirect: (status, answer, Location)."""
-    conn, response = _exchange(url, "POST", json.dumps(body).encode(), timeout, credentials)
+    data = json.dumps(body).encode()
+    conn, response = _exchange(url, "POST", data, timeout, credentials, extra_headers=headers)
     try:
         answer = _decode(response.read())
     finally:
@@ -180,21 +201,31 @@ def post_json(
     )
 
 
-def get_json(url: str, timeout: float, credentials: Credentials | None = None) -> Any:
+def get_json(
+    url: str,
+    timeout: float,
+    *,
+    credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
+) -> Any:
     """The JSON document at ``url``. Raises HttpStatusError, OSError or ValueError."""
-    with open_stream(url, timeout, credentials) as response:
+    with open_stream(url, timeout, credentials=credentials, headers=headers) as response:
         return json.loads(response.read())
 
 
 @contextmanager
 def open_stream(
-    url: str, timeout: float, credentials: Credentials | None = None
+    url: str,
+    timeout: float,
+    *,
+    credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
 ) -> Iterator[http.client.HTTPResponse]:
     """A GET whose body the caller reads in chunks (``.read(n)``, ``.getheader()``).
 
     Raises HttpStatusError for an error status, OSError when the node cannot be
     reached, ValueError for a URL that is not http(s)."""
-    conn, response = _exchange(url, "GET", None, timeout, credentials)
+    conn, response = _exchange(url, "GET", None, timeout, credentials, extra_headers=headers)
     try:
         if response.status >= 400:
             raise _refusal(url, response)
@@ -214,19 +245,32 @@ class ControlClient:
     """
 
     def __init__(
-        self, urls: Sequence[str], timeout: float = 30.0, credentials: Credentials | None = None
+        self,
+        urls: Sequence[str],
+        timeout: float = 30.0,
+        credentials: Credentials | None = None,
+        headers: HeadersHook | None = None,
     ) -> None:
         self.urls = [url.rstrip("/") for url in urls]
         self.timeout = timeout
         self.credentials = credentials or NO_CREDENTIALS
+        self.headers = headers  # a member's token (auth, issue 16): sent on every call
 
     def _json(
         self, urls: Sequence[str], method: str, path: str, body: Any = None
     ) -> tuple[int, Any]:
-        return request_json(urls, method, path, body, self.timeout, credentials=self.credentials)
+        return request_json(
+            urls,
+            method,
+            path,
+            body,
+            self.timeout,
+            credentials=self.credentials,
+            headers=self.headers,
+        )
 
     def _stream(self, url: str) -> AbstractContextManager[http.client.HTTPResponse]:
-        return open_stream(url, self.timeout, self.credentials)
+        return open_stream(url, self.timeout, credentials=self.credentials, headers=self.headers)
 
     def members(self) -> tuple[int, Any]:
         return self._json(self.urls, "GET", "/v1/cluster/members", None)

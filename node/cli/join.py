@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from http_api.client.control import get_json, post_json
+from http_api.client.control import HeadersHook, get_json, post_json
 from http_api.client.credentials import Credentials
 from node.errors import ConfigError
 
@@ -48,7 +48,10 @@ class Discovery:
 
 
 def discover(
-    url: str, timeout: float = DISCOVER_SECONDS, credentials: Credentials | None = None
+    url: str,
+    timeout: float = DISCOVER_SECONDS,
+    credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
 ) -> Discovery:
     """The members and leader a running node at ``url`` reports. Raises ConfigError."""
     deadline = time.monotonic() + timeout
@@ -56,7 +59,9 @@ def discover(
     last = "no answer"
     while True:
         try:
-            status = get_json(f"{base}/v1/status", _REQUEST_TIMEOUT, credentials)
+            status = get_json(
+                f"{base}/v1/status", _REQUEST_TIMEOUT, credentials=credentials, headers=headers
+            )
             members = tuple(
                 Member(str(m["id"]), str(m["raft_address"]), str(m["url"]).rstrip("/"))
                 for m in status.get("members") or []
@@ -74,10 +79,11 @@ def discover(
 
 
 def _post_member(
-    url: str, me: Member, credentials: Credentials | None
+    url: str, me: Member, credentials: Credentials | None, headers: HeadersHook | None
 ) -> tuple[int, dict[str, Any], str | None]:
     body = {"id": me.node_id, "raft_address": me.raft_address, "url": me.http_url}
-    return post_json(f"{url.rstrip('/')}/v1/cluster/members", body, 60.0, credentials)
+    target = f"{url.rstrip('/')}/v1/cluster/members"
+    return post_json(target, body, 60.0, credentials=credentials, headers=headers)
 
 
 def add_self(
@@ -88,6 +94,7 @@ def add_self(
     *,
     stopped: threading.Event | None = None,
     credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,  # the member token (auth, issue 16)
 ) -> dict[str, Any]:
     """POST ``me`` to the leader until it is a member. Raises RuntimeError."""
     deadline = time.monotonic() + timeout
@@ -96,7 +103,7 @@ def add_self(
     stopped = stopped or threading.Event()
     while time.monotonic() < deadline and not stopped.is_set():
         try:
-            status, answer, location = _post_member(target, me, credentials)
+            status, answer, location = _post_member(target, me, credentials, headers)
         except OSError as exc:
             status, answer, location = 0, {"message": str(exc)}, None
         if status == 200:
@@ -111,14 +118,18 @@ def add_self(
         # asking the cluster again who leads.
         time.sleep(1.0)
         try:
-            target = discover(join_url, 5.0, credentials).leader_url or join_url
+            target = discover(join_url, 5.0, credentials, headers).leader_url or join_url
         except ConfigError:
             target = join_url
     raise RuntimeError(f"could not add this node within {timeout:g}s: {last}")
 
 
 async def announce(
-    join_url: str, me: Member, discovery: Discovery, credentials: Credentials | None = None
+    join_url: str,
+    me: Member,
+    discovery: Discovery,
+    credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
 ) -> None:
     """Add this node to the cluster unless it already is a member (logged, never raised)."""
     if any(
@@ -141,7 +152,12 @@ async def announce(
     def work() -> None:
         try:
             answer = add_self(
-                join_url, me, discovery.leader_url, stopped=stopped, credentials=credentials
+                join_url,
+                me,
+                discovery.leader_url,
+                stopped=stopped,
+                credentials=credentials,
+                headers=headers,
             )
         except Exception as exc:  # handed to the loop
             loop.call_soon_threadsafe(settle, None, exc)

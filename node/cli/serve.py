@@ -47,13 +47,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
 def _cmd_node(args: argparse.Namespace) -> int:
     from node.cli.join import discover  # noqa: PLC0415 (the server stack: only when it runs)
     from node.cli.wiring import run_node  # noqa: PLC0415
+    from node.service.auth_tokens import member_headers  # noqa: PLC0415
 
     try:
         config = node_config(args)
         discovery = None
         if config.join_url is not None:
             # The running cluster's members become this node's peers.
-            discovery = discover(config.join_url, credentials=config.tls.peer_credentials)
+            discovery = discover(
+                config.join_url,
+                credentials=config.tls.peer_credentials,
+                headers=member_headers(config.secret, config.node_id),  # auth (issue 16)
+            )
             me = config.raft.self_member
             peers = [
                 f"{m.node_id},{m.raft_address},{m.http_url}"

@@ -19,6 +19,12 @@ from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
+from node.service.login_limits import DEFAULT_PER_ADDRESS, DEFAULT_PER_USER
+from node.state.auth_records import (
+    DEFAULT_MAX_ROLE_PERMISSIONS,
+    DEFAULT_MAX_ROLES,
+    DEFAULT_MAX_USERS,
+)
 from node.state.commands import MAX_TXN_OPS
 from node.state.producers import DEFAULT_EXPIRY_MS, DEFAULT_MAX_PRODUCERS, DEFAULT_SWEEP_SLICE
 from node.storage.compaction import CompactionPolicy
@@ -53,6 +59,20 @@ DEFAULT_FAIR_SHARE_BUSY = 0.2
 AUDIT_DIR = "audit"  # the default --audit-dir, under the data directory
 DEFAULT_TRANSFER_RATE = 64 * 1024 * 1024
 DEFAULT_TRANSFER_IDLE_TIMEOUT = 30.0
+# node/service/auth_tokens.py's DEFAULT_TOKEN_TTL, kept here so the CLI need not load it
+DEFAULT_TOKEN_TTL = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """Bounds of authentication (docs/OPERATIONS.md, Security)."""
+
+    token_ttl: float = DEFAULT_TOKEN_TTL
+    max_users: int = DEFAULT_MAX_USERS
+    max_roles: int = DEFAULT_MAX_ROLES
+    max_role_permissions: int = DEFAULT_MAX_ROLE_PERMISSIONS
+    max_failed_logins: int = DEFAULT_PER_USER
+    max_failed_logins_per_address: int = DEFAULT_PER_ADDRESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +114,7 @@ class NodeConfig:
     audit_keep_age_seconds: float = DEFAULT_KEEP_AGE_SECONDS
     tls: NodeTls = field(default_factory=NodeTls)
     """HTTPS on the port (``tls.server``) and what calls to members present."""
+    auth: AuthSettings = field(default_factory=AuthSettings)
 
     @property
     def audit_path(self) -> Path:
@@ -281,6 +302,41 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="most bytes of keys and values the get ops of one txn may return; more: the txn "
         "writes nothing and answers 413 txn_result_too_large; at least --max-value-bytes "
         "+ 4 KiB (RKV_MAX_TXN_RESULT_BYTES, 8 MiB)",
+    )
+    _add_auth_arguments(parser)
+
+
+def _add_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--auth-token-ttl",
+        help="seconds a token from POST /v1/auth/token stays valid (RKV_AUTH_TOKEN_TTL, "
+        f"{DEFAULT_TOKEN_TTL:g})",
+    )
+    add(
+        "--max-auth-users",
+        help="most users the cluster holds; more: 429 too_many_users (RKV_MAX_AUTH_USERS, "
+        f"{DEFAULT_MAX_USERS})",
+    )
+    add(
+        "--max-auth-roles",
+        help="most roles the cluster holds; more: 429 too_many_roles (RKV_MAX_AUTH_ROLES, "
+        f"{DEFAULT_MAX_ROLES})",
+    )
+    add(
+        "--max-role-permissions",
+        help="most permissions one role holds; more: 413 too_many_role_permissions "
+        f"(RKV_MAX_ROLE_PERMISSIONS, {DEFAULT_MAX_ROLE_PERMISSIONS})",
+    )
+    add(
+        "--max-failed-logins",
+        help="failed logins per minute for one user from one address before 429 "
+        f"too_many_failed_logins (RKV_MAX_FAILED_LOGINS, {DEFAULT_PER_USER})",
+    )
+    add(
+        "--max-failed-logins-per-address",
+        help="failed logins per minute from one address, whatever the user, before 429 "
+        f"too_many_failed_logins (RKV_MAX_FAILED_LOGINS_PER_ADDRESS, {DEFAULT_PER_ADDRESS})",
     )
 
 
@@ -640,4 +696,21 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,
         tls=tls,
+        auth=_auth_settings(args, env),
+    )
+
+
+def _auth_settings(args: argparse.Namespace, env: Mapping[str, str]) -> AuthSettings:
+    def count(name: str, default: int) -> int:
+        return _positive_int(_value(args, env, name), "--" + name.replace("_", "-"), default)
+
+    return AuthSettings(
+        token_ttl=_positive_float(
+            _value(args, env, "auth_token_ttl"), "--auth-token-ttl", DEFAULT_TOKEN_TTL
+        ),
+        max_users=count("max_auth_users", DEFAULT_MAX_USERS),
+        max_roles=count("max_auth_roles", DEFAULT_MAX_ROLES),
+        max_role_permissions=count("max_role_permissions", DEFAULT_MAX_ROLE_PERMISSIONS),
+        max_failed_logins=count("max_failed_logins", DEFAULT_PER_USER),
+        max_failed_logins_per_address=count("max_failed_logins_per_address", DEFAULT_PER_ADDRESS),
     )

@@ -82,7 +82,7 @@ def _download(source: str, target: Path, timeout: float, credentials: Credential
     received = 0
     with ExitStack() as stack:
         try:
-            response = stack.enter_context(open_stream(source, timeout, credentials))
+            response = stack.enter_context(open_stream(source, timeout, credentials=credentials))
         except HttpStatusError as error:
             raise _Failed(f"{source} refused: {error.describe()}", EXIT_REFUSED) from None
         except (OSError, ValueError) as error:

@@ -21,9 +21,13 @@ from node.cli.join import Discovery, Member, announce
 from node.cli.settings import NodeConfig
 from node.errors import RequestError
 from node.service.audit import AuditService
+from node.service.auth import AuthService
+from node.service.auth_tokens import member_headers
 from node.service.kv import KvService
+from node.service.login_limits import FailedLogins
 from node.state.machine import StateMachine
 from node.storage.compactor import Compactor
+from node.storage.lmdb_store import LmdbStore
 from node.storage.recovery import open_storage
 from raft.consensus import RaftConsensus
 from replication.pull.catch_up import catch_up
@@ -44,6 +48,8 @@ async def serve(
             catch_up,
             idle_timeout=config.transfer_idle_timeout,
             credentials=config.tls.peer_credentials,
+            # Calls to other members carry a member token (auth, issue 16).
+            headers=member_headers(config.secret, config.node_id),
         ),
     )
     # Set before raft starts: an audit entry applied at start-up is exported too.
@@ -117,8 +123,15 @@ async def serve(
             max_body_bytes_in_flight=config.max_body_bytes_in_flight,
             fair_share_busy=config.fair_share_busy,
         )
+        auth = auth_service(config, consensus, storage.store)
         http = HttpServer(
-            service, config.http_host, config.http_port, audits, limits, tls=config.tls.server
+            service,
+            config.http_host,
+            config.http_port,
+            audits,
+            limits,
+            tls=config.tls.server,
+            auth=auth,
         )
         await http.start()
         logger.info(
@@ -136,6 +149,7 @@ async def serve(
                     Member(config.node_id, config.raft_address, config.advertise_url),
                     discovery,
                     config.tls.peer_credentials,
+                    member_headers(config.secret, config.node_id),
                 )
             )
         try:
@@ -156,6 +170,22 @@ async def serve(
         await asyncio.to_thread(exporter.close)
         storage.close()
         logger.info("node %s stopped", config.node_id)
+
+
+def auth_service(config: NodeConfig, consensus: RaftConsensus, store: LmdbStore) -> AuthService:
+    settings = config.auth
+    return AuthService(
+        consensus,
+        store,
+        config.secret,
+        token_ttl=settings.token_ttl,
+        max_users=settings.max_users,
+        max_roles=settings.max_roles,
+        max_role_permissions=settings.max_role_permissions,
+        failed_logins=FailedLogins(
+            settings.max_failed_logins, settings.max_failed_logins_per_address
+        ),
+    )
 
 
 async def sweep_producers(service: KvService, interval: float) -> None:

@@ -135,7 +135,9 @@ class ConsensusLog(Protocol):
 MEMBER_ID_PATTERN = "^[A-Za-z0-9_.-]{1,64}$"
 _PORT = "(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 RAFT_ADDRESS_PATTERN = rf"^[A-Za-z0-9._:\[\]-]+:{_PORT}$"
-MEMBER_URL_PATTERN = r"^https?://[^,\s]+$"
+# \s differs between Python and JSON Schema's (ECMA) regexes: the characters only one of
+# them counts as space are listed, so both refuse the same URLs.
+MEMBER_URL_PATTERN = r"^https?://[^,\s\u001c-\u001f\u0085\ufeff]+$"
 
 
 def member_problem(node_id: Any, raft_address: Any, url: Any) -> str | None:

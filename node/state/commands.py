@@ -20,6 +20,8 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_EXPIRE_PRODUCERS]
             | [TAG_EXPIRE_PRODUCERS, after_producer_id | nil, limit]
             | [TAG_AUDIT_CUT, audit_id, [split_point, ...]]
+            | [TAG_AUTH, op, name, role, password_hash, [role, ...], permission | nil, limit]
+                                                                             (format 3)
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
             | [4, key, by] (incr) | [5, key, suffix] (append)
@@ -86,6 +88,9 @@ so a cluster in a rolling upgrade keeps working until a newer form is used:
   replica must decide it with the same number, and a command written before
   the field existed replays as it first ran.
 
+- 3: :class:`AuthChange` (tag 13, node/state/auth_commands.py): users, roles,
+  permissions and the enabled flag of authentication.
+
 A node refuses an entry of a format above :data:`FORMAT_VERSION`
 (:class:`UnsupportedEntryVersion`) and stalls on it instead of skipping it,
 so upgrade the followers first and the leader last (docs/OPERATIONS.md).
@@ -101,9 +106,10 @@ from typing import Any, NamedTuple
 import msgpack
 
 from node.errors import EntryDecodeError, UnsupportedEntryVersion
+from node.state.auth_commands import AuthChange, decode_auth, encode_auth
 from node.storage.key_order import LONG_KEY_PREFIX
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The newest entry format this node reads and writes (the module docstring lists them)."""
 
 TAG_PUT = 1
@@ -119,6 +125,7 @@ TAG_INIT_PRODUCER = 9
 TAG_PRODUCED = 10
 TAG_EXPIRE_PRODUCERS = 11
 TAG_AUDIT_CUT = 12
+TAG_AUTH = 13
 
 # Op tags inside a txn (their own numbering; equally never renumbered).
 TXN_OP_PUT = 1
@@ -370,6 +377,7 @@ Command = (
     | Produced
     | ExpireProducers
     | AuditCut
+    | AuthChange
 )
 
 
@@ -486,6 +494,8 @@ def _encode_command(command: Command) -> list[Any]:
         if problem is not None:
             raise ValueError(f"cannot encode an audit snapshot: {problem}")
         return [TAG_AUDIT_CUT, command.audit_id, list(command.split_points)]
+    if isinstance(command, AuthChange):
+        return encode_auth(command, TAG_AUTH)
     return [TAG_BARRIER]
 
 
@@ -518,6 +528,8 @@ def encode_entry(batch: Batch) -> bytes:
 
 def _format_of(batch: Batch) -> int:
     """The lowest format that holds every command of ``batch``."""
+    if any(isinstance(command, AuthChange) for command in batch.commands):
+        return 3
     for command in batch.commands:
         inner = command.command if isinstance(command, Produced) else command
         if isinstance(inner, Txn) and inner.max_result_bytes is not None:
@@ -672,6 +684,8 @@ def _decode_command(raw: Any) -> Command:
         return ExpireProducers(after, _positive(raw[2], "expiry slice limit"))
     if tag == TAG_AUDIT_CUT and len(raw) == 3:
         return _decode_audit(raw)
+    if tag == TAG_AUTH and len(raw) == 8:
+        return decode_auth(raw)
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")
 
 

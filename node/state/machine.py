@@ -16,7 +16,8 @@ and returns error results instead of raising for business outcomes.
 
 Plain puts and deletes are decided here, inline (the hot path); every other
 command by :mod:`node.state.deciders` (txns, counters, members) or
-:mod:`node.state.producer_apply` (idempotent producers), through the entry's
+:mod:`node.state.producer_apply` (idempotent producers) or
+:mod:`node.state.auth_apply` (users, roles, permissions), through the entry's
 :class:`node.state.entry_writer.EntryWriter`. A txn applies whole or not at all,
 and its writes are consecutive records of one batch, appended and written to
 LMDB together with the rest of the entry. Producers' states are written once
@@ -41,6 +42,8 @@ from typing import cast
 
 from node.errors import EntryDecodeError, UnsupportedEntryVersion
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
+from node.state.auth_apply import decide_auth
+from node.state.auth_commands import AuthChange
 from node.state.commands import (
     Append,
     AuditCut,
@@ -342,6 +345,8 @@ class StateMachine:
             return CommandResult(
                 ResultCode.OK, version=writer.offset - 1, value=str(writer.raft_index).encode()
             )
+        if isinstance(command, AuthChange):
+            return decide_auth(writer, command)
         if isinstance(command, Put | Delete):
             return self._decide_one(writer, command)
         raise AssertionError(f"no decider for {type(command).__name__}")

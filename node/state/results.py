@@ -30,6 +30,18 @@ class ResultCode(enum.Enum):
     OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"
     DUPLICATE_SEQUENCE_TOO_OLD = "duplicate_sequence_too_old"
     TOO_MANY_PRODUCERS = "too_many_producers"
+    # Users, roles and permissions (node/state/auth_apply.py).
+    USER_EXISTS = "user_exists"
+    USER_NOT_FOUND = "user_not_found"
+    ROLE_EXISTS = "role_exists"
+    ROLE_NOT_FOUND = "role_not_found"
+    ROLE_NOT_GRANTED = "role_not_granted"
+    PERMISSION_NOT_GRANTED = "permission_not_granted"
+    ROOT_REQUIRED = "root_required"
+    ROOT_ROLE_BUILT_IN = "root_role_built_in"
+    TOO_MANY_USERS = "too_many_users"
+    TOO_MANY_ROLES = "too_many_roles"
+    TOO_MANY_ROLE_PERMISSIONS = "too_many_role_permissions"
     # Reported by the raft layer, never by apply: the node is stalled (its state
     # is known to miss entries) and applies nothing.
     NODE_STALLED = "node_stalled"

@@ -26,7 +26,7 @@ import logging
 import shutil
 import time
 
-from http_api.client.control import ControlClient, HttpStatusError
+from http_api.client.control import ControlClient, HeadersHook, HttpStatusError
 from http_api.client.credentials import Credentials
 from node.errors import ReplicationError
 from node.snapshot.format import SnapshotReader
@@ -54,6 +54,7 @@ def catch_up(
     *,
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,
 ) -> int:
     """Bring the state to raft index ``to_index`` and offset ``to_offset`` from
     ``source_url``: the missing range of its log when it is complete there, else
@@ -62,14 +63,26 @@ def catch_up(
     Raises ReplicationError, SnapshotFormatError, StorageError or OSError."""
     try:
         return pull_range(
-            storage, source_url, to_offset, to_index, idle_timeout, credentials=credentials
+            storage,
+            source_url,
+            to_offset,
+            to_index,
+            idle_timeout,
+            credentials=credentials,
+            headers=headers,
         )
     except HttpStatusError as exc:
         if exc.status != 409:
             raise
         logger.info("catching up: %s has compacted the range; installing its state", source_url)
     return install_state(
-        storage, source_url, to_index, to_offset, idle_timeout, credentials=credentials
+        storage,
+        source_url,
+        to_index,
+        to_offset,
+        idle_timeout,
+        credentials=credentials,
+        headers=headers,
     )
 
 
@@ -81,6 +94,7 @@ def pull_range(
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     *,
     credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,  # auth (issue 16): the member token
 ) -> int:
     """Pull the offsets after this node's applied offset up to ``to_offset``, which the
     source holds complete; afterwards the state stands at ``raft_index``."""
@@ -90,7 +104,7 @@ def pull_range(
     decoder = RecordDecoder(source_url, log.max_record_bytes)
     pulled = received = 0
     started = time.monotonic()
-    control = ControlClient([source_url], idle_timeout, credentials)
+    control = ControlClient([source_url], idle_timeout, credentials, headers)
     with control.log_range(source_url, from_offset, to_offset) as response:
         head = int(response.getheader("Rkv-Head-Offset") or 0)
         if head < to_offset:
@@ -129,6 +143,7 @@ def install_state(
     idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     *,
     credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,  # auth (issue 16): the member token
 ) -> int:
     """Install ``source_url``'s whole state (at or above ``to_index``/``to_offset``)."""
     started = time.monotonic()
@@ -138,7 +153,9 @@ def install_state(
     try:
         snapshot = directory / "leader.snapshot"
         logger.info("catching up: downloading the state of %s", source_url)
-        received = download_snapshot(source_url, snapshot, idle_timeout, credentials)
+        received = download_snapshot(
+            source_url, snapshot, idle_timeout, credentials=credentials, headers=headers
+        )
         with open(snapshot, "rb") as f:
             header = SnapshotReader(f, str(snapshot)).header
         if header.applied_index < to_index or header.applied_offset < to_offset:

@@ -26,7 +26,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from http_api.client.control import ControlClient, HttpStatusError
+from http_api.client.control import ControlClient, HeadersHook, HttpStatusError
 from http_api.client.credentials import Credentials
 from node.errors import ReplicationError
 from node.snapshot.format import HEADER_BYTES, HEADER_FIELDS, TRAILER, TRAILER_MAGIC
@@ -65,11 +65,16 @@ class _Meter:
 
 
 def download_snapshot(
-    source_url: str, path: Path, idle_timeout: float, credentials: Credentials | None = None
+    source_url: str,
+    path: Path,
+    idle_timeout: float,
+    *,
+    credentials: Credentials | None = None,
+    headers: HeadersHook | None = None,  # auth (issue 16): the member token
 ) -> int:
     """Download ``source_url``'s state to ``path``; returns the bytes received.
     Raises ReplicationError, HttpStatusError or OSError."""
-    control = ControlClient([source_url], idle_timeout, credentials)
+    control = ControlClient([source_url], idle_timeout, credentials, headers)
     meter = _Meter(source_url)
     with open(path, "w+b") as f:
         transfer = ""

@@ -49,6 +49,14 @@ def map_case(context: HookContext, case: Case[Any]) -> Case[Any]:
     # GET /v1/snapshot: after= resumes a transfer, so it needs transfer=.
     if case.operation.path == "/v1/snapshot" and case.query and "transfer" not in case.query:
         case.query.pop("after", None)
+    # Permissions' keys and prefixes are base64 unless encoding=utf-8: any string the
+    # document allows is a key in utf-8. Listing roles in utf-8 is refused (not_utf8) once
+    # a key that is not UTF-8 was granted, so roles are listed in base64.
+    if case.operation.path.startswith("/v1/auth/roles"):
+        wants_text = case.operation.method.upper() in ("POST", "DELETE") and isinstance(
+            case.body, dict
+        )
+        case.query = {**(case.query or {}), "encoding": "utf-8" if wants_text else "base64"}
     return case
 
 

@@ -112,6 +112,8 @@ class NodeProcess:
     proc: subprocess.Popen[bytes] | None = None
     stopped_with_sigstop: bool = False
     scheme: str = "http"
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with status() (an Authorization header once auth is enabled)."""
 
     @property
     def url(self) -> str:
@@ -127,7 +129,7 @@ class NodeProcess:
 
     def status(self, timeout: float = 3.0) -> dict[str, Any] | None:
         try:
-            response = http("GET", self.url + "/v1/status", timeout=timeout)
+            response = http("GET", self.url + "/v1/status", headers=self.headers, timeout=timeout)
         except OSError:
             return None
         return response.json() if response.status == 200 else None
@@ -383,6 +385,11 @@ class LocalCluster:
         self.nodes.append(node)
         self.start_node(len(self.nodes) - 1)
         return node
+
+    def use_headers(self, headers: dict[str, str]) -> None:
+        """Send ``headers`` (credentials) with every node's status() from now on."""
+        for node in self.nodes:
+            node.headers = dict(headers)
 
     def node_of(self, node_id: str) -> NodeProcess:
         return next(n for n in self.nodes if n.node_id == node_id)

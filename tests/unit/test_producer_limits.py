@@ -57,7 +57,7 @@ def test_the_forms_of_older_journals_decode_to_no_limit_and_a_whole_sweep() -> N
     assert encode_entry(old) == written
     new = (InitProducer(None, 5, 100), ExpireProducers(None, 10), ExpireProducers(42, 10))
     assert decode_entry(encode_entry(Batch(new, 3))).commands == new
-    assert encode_entry(Batch(new[2:], 3)) == entry([TAG_EXPIRE_PRODUCERS, 42, 10], ts=3)
+    assert encode_entry(Batch(new[2:], 3)) == entry([TAG_EXPIRE_PRODUCERS, 42, 10], ts=3, version=2)
     # The longer forms are format 2: in an entry that says format 1 they are malformed.
     with pytest.raises(EntryDecodeError, match="later format"):
         decode_entry(entry([TAG_EXPIRE_PRODUCERS, 42, 10], version=1))

@@ -1,7 +1,8 @@
 """HTTP benchmark (not a test): rkv's REST API against a 3-member etcd and a trivial server.
 
     python bench/http.py [--duration 10] [--connections 64] [--quick] [--out bench/results]
-                         [--skip-rkv] [--skip-etcd] [--skip-trivial] [--generator wrk|python]
+                         [--skip-rkv] [--skip-rkv_secure] [--skip-etcd] [--skip-trivial]
+                         [--generator wrk|python]
 
 Per system, one at a time (the others are stopped: they would share the 2 cores), and
 with wrk as the load generator (installed with apt-get when missing; an aiohttp
@@ -13,12 +14,14 @@ closed-loop generator otherwise, marked ``python*`` in the table):
   one wrk thread per node, so the connections are rounded down to a multiple of 3;
 - put_1conn: one connection, one thread: the latency of a lone client's PUT.
 
-Systems: ``rkv up`` (3 nodes), etcd from Debian's etcd-server (3 members, its own fsync
-defaults, through its JSON gateway) and bench/trivial_server.py (one aiohttp process: the
-ceiling for Python here). Every server listens on 127.0.0.1 only and is stopped by PID on
-exit, Ctrl-C or error. Results: a table and the rkv/etcd ratios on stdout, progress on
-stderr, bench/results/http.json and http.html. Scratch data goes to the system temporary
-directory (set TMPDIR to pick the disk).
+Systems: ``rkv up`` (3 nodes), ``rkv_secure`` (3 nodes with TLS and auth on, the same
+load over HTTPS with a bearer token: bench/rkv_secure.py), etcd from Debian's etcd-server
+(3 members, its own fsync defaults, through its JSON gateway) and bench/trivial_server.py
+(one aiohttp process: the ceiling for Python here). Every server listens on 127.0.0.1
+only and is stopped by PID on exit, Ctrl-C or error. Results: a table, the rkv/etcd
+ratios and the cost of TLS + auth (rkv_secure against rkv, target at most 20 %) on
+stdout, progress on stderr, bench/results/http.json and http.html. Scratch data goes to
+the system temporary directory (set TMPDIR to pick the disk).
 """
 
 from __future__ import annotations
@@ -93,7 +96,8 @@ def loads_for(system: System, settings: Settings) -> list[Load]:
         threads = min(threads, conns)
         conns = conns // threads * threads  # wrk gives each thread conns // threads
         return Load(system.name, workload, op, api.kind, urls, path, extra, prefix,
-                    settings.keys, conns, threads, settings.duration)  # fmt: skip
+                    settings.keys, conns, threads, settings.duration,
+                    system.headers, system.cafile)  # fmt: skip
 
     return [
         load("put", leader, c, 2),
@@ -110,7 +114,14 @@ def get_prefix(system: System) -> str:
 def measure(system: System, settings: Settings, runner: Runner) -> list[Result]:
     progress(f"{system.name}: preloading {settings.keys:,} keys through {system.leader}")
     try:
-        preload(system.api, system.leader, get_prefix(system), settings.keys)
+        preload(
+            system.api,
+            system.leader,
+            get_prefix(system),
+            settings.keys,
+            system.headers,
+            system.cafile,
+        )
     except Exception as error:  # aiohttp's errors, or failed answers
         raise BenchError(f"{system.name}: preload failed: {error}") from error
     loads = loads_for(system, settings)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import Result
-from bench.systems import ETCD, RKV, SYSTEMS, TRIVIAL
+from bench.systems import ETCD, RKV, RKV_SECURE, SYSTEMS, TRIVIAL
 
 WORKLOADS = {
     "put": "PUT",
@@ -18,12 +18,15 @@ WORKLOADS = {
     "get_stale": "GET stale",
     "put_1conn": "PUT 1 conn",
 }
-COLORS = {RKV: "#2a6fb5", ETCD: "#e07b39", TRIVIAL: "#9a9a9a"}
+COLORS = {RKV: "#2a6fb5", RKV_SECURE: "#7fa8d6", ETCD: "#e07b39", TRIVIAL: "#9a9a9a"}
 HEADER = (
     *("system", "workload", "gen", "conns", "ops/s"),
     *("p50 ms", "p99 ms", "errors", "target", "result"),
 )
 RATIO_HEADER = ("workload", "rkv/etcd", "ratio of", "result", "rkv/trivial")
+SECURE_HEADER = ("workload", "secure/plain", "ratio of", "cost", "result")
+SECURE_TARGET = 0.8
+"""Issue 16: TLS + token auth may cost at most 20 % of rkv's throughput."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def ratios(results: list[Result]) -> list[Ratio]:
     found = by_key(results)
     out = []
     for workload in WORKLOADS:
-        rkv, etcd, trivial = (found.get((s, workload)) for s in SYSTEMS)
+        rkv, etcd, trivial = (found.get((s, workload)) for s in (RKV, ETCD, TRIVIAL))
         value: float | None = None
         if workload == "put_1conn":
             basis = "etcd p50 / rkv p50"
@@ -106,6 +109,35 @@ def ratios(results: list[Result]) -> list[Ratio]:
         of_trivial = rkv.ops / trivial.ops if rkv and trivial and trivial.ops else None
         out.append(Ratio(workload, value, basis, status, of_trivial))
     return out
+
+
+def secure_costs(results: list[Result]) -> list[Ratio]:
+    """rkv with TLS and a bearer token against plain rkv, per workload (ops/s, or the
+    p50 latency for one connection): >= SECURE_TARGET passes."""
+    found = by_key(results)
+    out = []
+    for workload in WORKLOADS:
+        plain, secure = found.get((RKV, workload)), found.get((RKV_SECURE, workload))
+        value: float | None = None
+        if workload == "put_1conn":
+            basis = "plain p50 / secure p50"
+            if plain and secure and secure.p50_ms > 0:
+                value = plain.p50_ms / secure.p50_ms
+        else:
+            basis = "secure ops/s / plain ops/s"
+            if plain and secure and plain.ops > 0:
+                value = secure.ops / plain.ops
+        clean = secure is not None and not secure.error_count
+        passed = value is not None and value >= SECURE_TARGET and clean
+        status = "n/a" if value is None else "PASS" if passed else "MISS"
+        out.append(Ratio(workload, value, basis, status, None))
+    return out
+
+
+def secure_cells(ratio: Ratio) -> tuple[str, ...]:
+    value = "-" if ratio.value is None else f"{ratio.value:.2f}"
+    cost = "-" if ratio.value is None else f"{1 - ratio.value:.0%}"
+    return (WORKLOADS[ratio.workload], value, ratio.basis, cost, ratio.status)
 
 
 def ratio_cells(ratio: Ratio) -> tuple[str, ...]:
@@ -144,7 +176,8 @@ def warnings(results: list[Result]) -> list[str]:
 def text_report(results: list[Result]) -> str:
     rows = format_table(HEADER, [cells(r) for r in results])
     ratio_table = format_table(RATIO_HEADER, [ratio_cells(r) for r in ratios(results)], left=1)
-    return "\n".join([rows, "", ratio_table, *(["", *warnings(results)])])
+    secure = format_table(SECURE_HEADER, [secure_cells(r) for r in secure_costs(results)], left=1)
+    return "\n".join([rows, "", ratio_table, "", secure, *(["", *warnings(results)])])
 
 
 def report_dict(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +202,7 @@ def report_dict(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
         "targets": {w: asdict(t) for w, t in TARGETS.items()},
         "rows": [row(r) for r in results],
         "ratios": [asdict(r) for r in ratios(results)],
+        "tls_auth_cost": [asdict(r) for r in secure_costs(results)],
         "warnings": warnings(results),
     }
 
@@ -250,6 +284,7 @@ def render_html(results: list[Result], meta: dict[str, Any]) -> str:
     notes = "".join(f"<p class=warn>{html.escape(w)}</p>" for w in warnings(results))
     rows = html_table(HEADER, [cells(r) for r in results])
     ratio_rows = html_table(RATIO_HEADER, [ratio_cells(r) for r in ratios(results)])
+    secure_rows = html_table(SECURE_HEADER, [secure_cells(r) for r in secure_costs(results)])
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>rkv HTTP benchmark</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
@@ -258,6 +293,7 @@ th:first-child,td:first-child,td:nth-child(2){{text-align:left}}.warn{{color:#b0
 </head><body><h1>rkv HTTP benchmark</h1><ul>{about}</ul>{notes}
 <h2>Runs</h2>{rows}
 <h2>rkv against etcd (&gt; 1 means rkv is better; target &gt;= 1.0)</h2>{ratio_rows}
+<h2>The cost of TLS + token auth (rkv_secure against rkv; target &gt;= 0.8)</h2>{secure_rows}
 <h2>Throughput (ops/s; dashed: rkv's target)</h2>
 {bar_chart(results)}
 </body></html>

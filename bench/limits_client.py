@@ -24,6 +24,8 @@ from types import TracebackType
 
 import aiohttp
 
+from bench.loadgen import session_for
+
 CONNECTIONS = 16
 KEYS_PER_WORKER = 100
 VALUE_BYTES = 100
@@ -63,8 +65,18 @@ def _code(body: bytes) -> str:
 class WellBehavedClient:
     """``async with WellBehavedClient(url, prefix) as client:`` runs the workers."""
 
-    def __init__(self, url: str, prefix: str, connections: int = CONNECTIONS) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        connections: int = CONNECTIONS,
+        *,
+        headers: tuple[tuple[str, str], ...] = (),
+        cafile: str | None = None,
+    ) -> None:
         self.url = url
+        self.headers = dict(headers)  # sent with every request (a bearer token)
+        self.cafile = cafile  # the CA an https:// URL is verified against
         self.prefix = prefix
         self.connections = connections
         self.served = Served()
@@ -75,9 +87,7 @@ class WellBehavedClient:
         self._workers: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> WellBehavedClient:
-        connector = aiohttp.TCPConnector(limit=self.connections)
-        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        self._session = session_for(self.cafile, REQUEST_TIMEOUT_S, limit=self.connections)
         self._workers = [
             asyncio.create_task(self._worker(self._session, i)) for i in range(self.connections)
         ]
@@ -126,7 +136,7 @@ class WellBehavedClient:
         counting = self._counting
         started = time.perf_counter()
         try:
-            async with session.request(method, url, data=body) as response:
+            async with session.request(method, url, data=body, headers=self.headers) as response:
                 status, data = response.status, await response.read()
                 retry_after = response.headers.get("Retry-After", "1")
         except (aiohttp.ClientError, TimeoutError) as exc:

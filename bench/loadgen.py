@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -56,6 +57,8 @@ class Load:
     connections: int
     threads: int
     duration: float
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (a bearer token)
+    cafile: str | None = None  # the CA https:// URLs are verified against
 
 
 @dataclass
@@ -104,40 +107,64 @@ def answer_problem(api: str, op: str, status: int, body: bytes) -> str | None:
     return None
 
 
+def session_for(cafile: str | None, timeout: float, limit: int = 100) -> aiohttp.ClientSession:
+    """A session verifying https:// against ``cafile`` (the system's CAs without one)."""
+    context = ssl.create_default_context(cafile=cafile) if cafile else None
+    connector = aiohttp.TCPConnector(limit=limit, ssl=context if context else True)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout))
+
+
 async def _send(
-    session: aiohttp.ClientSession, base: str, parts: tuple[str, str, bytes]
+    session: aiohttp.ClientSession,
+    base: str,
+    parts: tuple[str, str, bytes],
+    extra: tuple[tuple[str, str], ...] = (),
 ) -> tuple[int, bytes]:
     method, path, body = parts
     headers = {"Content-Type": "application/json"} if body.startswith(b"{") else {}
+    headers.update(extra)
     async with session.request(method, base + path, data=body or None, headers=headers) as resp:
         return resp.status, await resp.read()
 
 
-async def _preload(api: Api, url: str, prefix: str, count: int) -> None:
+async def _preload(
+    api: Api,
+    url: str,
+    prefix: str,
+    count: int,
+    headers: tuple[tuple[str, str], ...],
+    cafile: str | None,
+) -> None:
     keys = iter(range(count))
     failures: list[str] = []
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for index in keys:
             parts = request_parts(api.kind, "put", api.put_path, "", get_key(prefix, index))
-            status, body = await _send(session, url, parts)
+            status, body = await _send(session, url, parts, headers)
             if answer_problem(api.kind, "put", status, body):
                 failures.append(f"{status} {body[:200]!r}")
 
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with session_for(cafile, 30) as session:
         await asyncio.gather(*(worker(session) for _ in range(PRELOAD_CONCURRENCY)))
         check = request_parts(api.kind, "get", api.get_path, "", get_key(prefix, count - 1))
-        status, body = await _send(session, url, check)
+        status, body = await _send(session, url, check, headers)
         if answer_problem(api.kind, "get", status, body):
             failures.append(f"read-back {status} {body[:200]!r}")
     if failures:
         raise BenchError(f"preload of {count} keys to {url}: {len(failures)} failed: {failures[0]}")
 
 
-def preload(api: Api, url: str, prefix: str, count: int) -> None:
+def preload(
+    api: Api,
+    url: str,
+    prefix: str,
+    count: int,
+    headers: tuple[tuple[str, str], ...] = (),
+    cafile: str | None = None,
+) -> None:
     """PUT keys prefix000000 .. through ``url`` (the leader) and read the last one back."""
-    asyncio.run(_preload(api, url, prefix, count))
+    asyncio.run(_preload(api, url, prefix, count, headers, cafile))
 
 
 async def _closed_loop(load: Load) -> Result:
@@ -159,7 +186,7 @@ async def _closed_loop(load: Load) -> Result:
         while time.monotonic() < deadline:
             started = time.perf_counter()
             try:
-                status, body = await _send(session, base, next_parts(index))
+                status, body = await _send(session, base, next_parts(index), load.headers)
             except (aiohttp.ClientError, TimeoutError):
                 errors["socket"] = errors.get("socket", 0) + 1
                 continue
@@ -168,10 +195,8 @@ async def _closed_loop(load: Load) -> Result:
             if problem:
                 errors[problem] = errors.get(problem, 0) + 1
 
-    connector = aiohttp.TCPConnector(limit=load.connections)
-    timeout = aiohttp.ClientTimeout(total=5)
     started = time.monotonic()
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with session_for(load.cafile, 5, limit=load.connections) as session:
         await asyncio.gather(*(worker(session, i) for i in range(load.connections)))
     seconds = time.monotonic() - started
     return _result(load, latencies, errors, seconds)

@@ -51,21 +51,29 @@ class Node:
 N = TypeVar("N", bound=Node)
 
 
-def make_nodes(scratch: Path, extra_args: Sequence[str] = ()) -> list[Node]:
+def make_nodes(
+    scratch: Path,
+    extra_args: Sequence[str] = (),
+    *,
+    scheme: str = "http",
+    own_args: Callable[[str], list[str]] | None = None,
+) -> list[Node]:
     """NODES nodes with data directories under ``scratch`` (not started), sharing a
-    secret written there; ``extra_args`` are added to every node's argv."""
+    secret written there; ``extra_args`` are added to every node's argv, ``own_args(id)``
+    to that node's (its certificate, say); ``scheme`` is "https" for nodes with TLS."""
     secret = scratch / "cluster.secret"
     secret.write_text("bench-secret-" + os.urandom(16).hex())
     ports = free_ports(2 * NODES)
     ids = [f"n{i}" for i in range(NODES)]
-    urls = [f"http://{LOOPBACK}:{ports[2 * i]}" for i in range(NODES)]
+    urls = [f"{scheme}://{LOOPBACK}:{ports[2 * i]}" for i in range(NODES)]
     rafts = [f"{LOOPBACK}:{ports[2 * i + 1]}" for i in range(NODES)]
     nodes = []
     for i in range(NODES):
         data_dir = scratch / ids[i]
         argv = [sys.executable, "-m", "node.cli", "node", "--id", ids[i]]
-        argv += ["--data-dir", str(data_dir), "--listen", urls[i].removeprefix("http://")]
+        argv += ["--data-dir", str(data_dir), "--listen", urls[i].split("://", 1)[1]]
         argv += ["--raft-listen", rafts[i], "--secret-file", str(secret), *extra_args]
+        argv += own_args(ids[i]) if own_args is not None else []
         for j in range(NODES):
             if j != i:
                 argv += ["--peer", f"{ids[j]},{rafts[j]},{urls[j]}"]

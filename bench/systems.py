@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import etcd_cluster, rkv_cluster
+from bench import etcd_cluster, rkv_cluster, rkv_secure
 from bench.loadgen import REST, Api, etcd_api
 from bench.procs import Processes
 from bench.support import LOOPBACK, free_ports, http_request, wait_until
 
-RKV, ETCD, TRIVIAL = "rkv", "etcd", "trivial"
-SYSTEMS = (RKV, ETCD, TRIVIAL)
+RKV, RKV_SECURE, ETCD, TRIVIAL = "rkv", "rkv_secure", "etcd", "trivial"
+SYSTEMS = (RKV, RKV_SECURE, ETCD, TRIVIAL)
 TRIVIAL_SERVER = Path(__file__).resolve().parent / "trivial_server.py"
 
 
@@ -26,11 +26,27 @@ class System:
     leader: str  # PUTs and linearizable GETs go here
     members: tuple[str, ...]  # stale GETs are spread over these
     about: dict[str, Any] = field(default_factory=dict)
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (a bearer token)
+    cafile: str | None = None  # the CA its https:// URLs are verified against
 
 
 def start_rkv(procs: Processes, data: Path) -> System:
     cluster = rkv_cluster.start(procs, data)
     return System(RKV, REST, cluster.leader_url, cluster.urls, {"rkv leader": cluster.leader_url})
+
+
+def start_rkv_secure(procs: Processes, data: Path) -> System:
+    """rkv with TLS and auth on: the same load over HTTPS with a bearer token."""
+    cluster = rkv_secure.start(procs, data)
+    return System(
+        RKV_SECURE,
+        REST,
+        cluster.leader_url,
+        cluster.urls,
+        {"rkv_secure leader": cluster.leader_url},
+        headers=(("Authorization", f"Bearer {cluster.token}"),),
+        cafile=cluster.cafile,
+    )
 
 
 def start_etcd(procs: Processes, data: Path) -> System:
@@ -52,6 +68,7 @@ def start_trivial(procs: Processes, data: Path) -> System:
 
 STARTERS: dict[str, Callable[[Processes, Path], System]] = {
     RKV: start_rkv,
+    RKV_SECURE: start_rkv_secure,
     ETCD: start_etcd,
     TRIVIAL: start_trivial,
 }

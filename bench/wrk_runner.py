@@ -48,7 +48,8 @@ def command(wrk: str, load: Load) -> list[str]:
 
 
 def environment(load: Load) -> dict[str, str]:
-    hosts = ",".join(url.removeprefix("http://") for url in load.urls)
+    hosts = ",".join(url.split("://", 1)[1] for url in load.urls)
+    authorization = dict(load.headers).get("Authorization", "")
     return os.environ | {
         "BENCH_OP": load.op,
         "BENCH_API": load.api,
@@ -58,6 +59,7 @@ def environment(load: Load) -> dict[str, str]:
         "BENCH_KEYS": str(load.keys),
         "BENCH_VALUE": VALUE.decode(),
         "BENCH_HOSTS": hosts,
+        "BENCH_AUTH": authorization,
     }
 
 

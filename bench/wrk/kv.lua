@@ -10,6 +10,7 @@
 --   BENCH_KEYS    number of preloaded keys (GET)
 --   BENCH_VALUE   the value written by PUT (printable ASCII)
 --   BENCH_HOSTS   "host:port,host:port": thread i connects to host i mod n
+--   BENCH_AUTH    an Authorization header's value sent with every request ("": none)
 -- done() prints one line "BENCH_JSON {...}" with the counts and latency percentiles (us).
 
 local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -40,6 +41,11 @@ local nkeys = tonumber(os.getenv("BENCH_KEYS") or "0")
 local value = os.getenv("BENCH_VALUE") or ""
 local value_b64 = b64(value)
 local json_headers = { ["Content-Type"] = "application/json" }
+local auth = os.getenv("BENCH_AUTH") or ""
+if auth ~= "" then
+  -- wrk.format uses wrk.headers for the requests built without headers (all REST ones).
+  wrk.headers["Authorization"] = auth
+end
 
 -- Main state: spread the threads over the hosts, keep them for done().
 local threads = {}

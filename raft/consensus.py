@@ -256,6 +256,8 @@ class RaftConsensus:
     def _on_state_changed(self, old: int, new: int) -> None:
         self.role_changes += 1
         logger.info("raft role: %s -> %s", _STATE_NAMES.get(old, old), _STATE_NAMES.get(new, new))
+        if _STATE_NAMES.get(new) == "leader" and self._syncobj is not None:
+            self._syncobj.won_election()
 
     # -- the asyncio loop -----------------------------------------------------------
 

@@ -175,6 +175,15 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         """True while this member, started without raft state, has not caught up."""
         return self._rkv_amnesiac
 
+    def won_election(self) -> None:
+        """This member was elected: a majority found its log up to date, so it holds
+        every committed entry and votes again. (A leader receives no append_entries, so
+        the first leader of a new cluster, started without raft state like every member,
+        would otherwise say it does not vote until it restarts.)"""
+        if self._rkv_amnesiac:
+            self._rkv_amnesiac = False
+            logger.info("elected leader: this member votes again")
+
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "append_entries":

@@ -70,3 +70,21 @@ def test_a_wiped_member_and_a_stale_one_cannot_elect_a_leader_missing_writes(
         assert (cluster.nodes[wiped].status() or {}).get("votes") is True
     finally:
         cluster.stop()
+
+
+def test_every_member_of_a_new_cluster_votes_once_a_leader_is_elected(tmp_path: Path) -> None:
+    """Every member of a new cluster starts without raft state; the leader, which never
+    receives append_entries, must not keep saying it does not vote (the chaos rig's
+    wipe waits for every member to vote, and was skipped for ever)."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        leader = cluster.leader()
+
+        def everyone_votes() -> bool:
+            return all((n.status() or {}).get("votes") is True for n in cluster.nodes)
+
+        wait_until(everyone_votes, 30, "every member, the leader too, to vote")
+        assert (leader.status() or {}).get("role") == "leader"
+    finally:
+        cluster.stop()

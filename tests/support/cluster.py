@@ -77,6 +77,8 @@ def http(
 
     if context is None and url.startswith("https://"):
         context = TEST_TLS.get("context")
+    if headers is None:
+        headers = dict(TEST_AUTH)
     opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPSHandler(context=context))
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
@@ -85,6 +87,10 @@ def http(
     except urllib.error.HTTPError as error:
         return Response(error.code, error.read(), dict(error.headers))
 
+
+TEST_AUTH: dict[str, str] = {}
+"""Headers :func:`http` sends when given none: the credentials of an auth-enabled
+cluster a test set up with tests/support/secured.py (cleared when it ends)."""
 
 TEST_TLS: dict[str, ssl.SSLContext] = {}
 """The client context of the last TLS cluster created in this process (its CA), which

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from http_api.client import RkvClient
+from http_api.client import Credentials, RkvClient
 from tests.chaos.rig.checker import Report, check_history
 from tests.chaos.rig.history import History
 from tests.chaos.rig.nemesis import Nemesis, Network, build
@@ -129,7 +129,10 @@ def probe_write(cluster: LocalCluster, timeout: float = PROBE_TIMEOUT) -> float 
 class _Counters:
     """Idempotent producers incrementing one counter; they count acknowledgements."""
 
-    def __init__(self, urls: list[str], producers: int) -> None:
+    def __init__(
+        self, urls: list[str], producers: int, credentials: Credentials | None = None
+    ) -> None:
+        self.credentials = credentials
         self.acked = 0
         self.failures: list[str] = []
         self._lock = threading.Lock()
@@ -151,7 +154,7 @@ class _Counters:
 
     def _run(self, urls: list[str]) -> None:
         try:
-            with RkvClient(urls, timeout=3.0) as client:
+            with RkvClient(urls, timeout=3.0, credentials=self.credentials) as client:
                 producer = client.producer(deadline=150.0)
                 while not self._stop.is_set():
                     producer.incr(COUNTER_KEY)
@@ -214,13 +217,16 @@ def run_campaign(
     config: WorkloadConfig | None = None,
     counter_producers: int = 2,
     progress: Callable[[str], None] = lambda message: None,
+    credentials: Credentials | None = None,
 ) -> CampaignResult:
+    """``credentials``: what the idempotent producers present (a TLS cluster's CA, a
+    token); the workload's requests use tests.support.cluster.http's defaults."""
     rng = random.Random(seed)
     config = config or WorkloadConfig()
     enabled: list[Nemesis] = build(nemeses, cluster, network)
     history = History()
     workload = Workload(lambda: [n.url for n in cluster.nodes], config, seed, history)
-    counters = _Counters([n.url for n in cluster.nodes], counter_producers)
+    counters = _Counters([n.url for n in cluster.nodes], counter_producers, credentials)
     faults: list[FaultRecord] = []
     started = time.monotonic()
     workload.start()

@@ -142,16 +142,24 @@ class CrashAll:
 
 
 def _all_caught_up(cluster: LocalCluster) -> bool:
-    """Every node ready, voting, and at the same applied offset (the data is everywhere)."""
-    offsets = set()
+    """Every node ready and voting, and each at or past the highest applied offset any
+    of them reported a moment before: what was acknowledged until then is everywhere.
+    (Equal offsets at one instant are rare under load when each status call costs a TLS
+    handshake; a second look at each node is enough.)"""
+    reported = []
     for node in cluster.nodes:
         if not node.alive or node.stopped_with_sigstop:
             return False
         status = node.status() or {}
         if not status.get("ready") or status.get("votes") is False:
             return False
-        offsets.add(status.get("applied_offset"))
-    return len(offsets) == 1
+        reported.append(int(status.get("applied_offset") or 0))
+    target = max(reported)
+    for node in cluster.nodes:
+        status = node.status() or {}
+        if int(status.get("applied_offset") or 0) < target:
+            return False
+    return True
 
 
 @dataclass

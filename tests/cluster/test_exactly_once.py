@@ -11,19 +11,31 @@ application, resend an increment whose outcome was unknown.
 - plain: the counter is at least the acknowledged increments (none lost), and
   may be more (a resent increment that had been applied counts twice); the
   test reports by how much.
+
+It runs twice: on an open cluster, and with TLS and auth on (every client
+presents the cluster's CA and root's token; restarted members catch up over
+HTTPS with member tokens).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from http_api.client import RetryPolicy, RkvClient, RkvClientError, UnknownOutcomeError
-from tests.support.cluster import LocalCluster, http, wait_until
+from http_api.client import (
+    Credentials,
+    RetryPolicy,
+    RkvClient,
+    RkvClientError,
+    UnknownOutcomeError,
+)
+from tests.support.cluster import ClusterTls, LocalCluster, http, wait_until
+from tests.support.secured import secure
 
 PRODUCERS = 8
 INCREMENTS = 5000
@@ -44,9 +56,29 @@ class Tally:
             self.unknown += unknown
 
 
-def idempotent_worker(urls: list[str], count: int, tally: Tally) -> None:
+@pytest.fixture(params=["open", "tls-auth"])
+def secured(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[LocalCluster, Credentials | None]]:
+    """A fresh 3-node cluster, open or with TLS and auth on, and what clients present."""
+    tls = ClusterTls() if request.param == "tls-auth" else None
+    running = LocalCluster(tmp_path / "cluster", tls=tls)
     try:
-        with RkvClient(urls, timeout=5.0) as client:
+        running.start()
+        if tls is None:
+            yield running, None
+        else:
+            with secure(running) as root:
+                yield running, root
+    finally:
+        running.stop()
+
+
+def idempotent_worker(
+    urls: list[str], count: int, tally: Tally, credentials: Credentials | None
+) -> None:
+    try:
+        with RkvClient(urls, timeout=5.0, credentials=credentials) as client:
             producer = client.producer(deadline=120.0)
             for _ in range(count):
                 producer.incr("exactly-once")
@@ -55,9 +87,11 @@ def idempotent_worker(urls: list[str], count: int, tally: Tally) -> None:
         tally.failures.append(f"{type(exc).__name__}: {exc}")
 
 
-def plain_worker(urls: list[str], count: int, tally: Tally) -> None:
+def plain_worker(
+    urls: list[str], count: int, tally: Tally, credentials: Credentials | None
+) -> None:
     retry = RetryPolicy(max_attempts=20, max_elapsed=60.0)
-    with RkvClient(urls, timeout=5.0, retry=retry) as client:
+    with RkvClient(urls, timeout=5.0, retry=retry, credentials=credentials) as client:
         for _ in range(count):
             deadline = time.monotonic() + 120
             while True:
@@ -99,15 +133,18 @@ def nemesis(cluster: LocalCluster, progress: Tally, log: list[str]) -> None:
 
 @pytest.mark.timeout(600)
 def test_idempotent_increments_are_exact_through_leader_kills_and_a_pause(
-    cluster: LocalCluster, record_property: Callable[[str, object], None]
+    secured: tuple[LocalCluster, Credentials | None],
+    record_property: Callable[[str, object], None],
 ) -> None:
+    cluster, credentials = secured
     urls = [node.url for node in cluster.nodes]
     exact, plain = Tally(), Tally()
+    each, plain_each = INCREMENTS // PRODUCERS, PLAIN_INCREMENTS // PLAIN_WORKERS
     threads = [
-        threading.Thread(target=idempotent_worker, args=(urls, INCREMENTS // PRODUCERS, exact))
+        threading.Thread(target=idempotent_worker, args=(urls, each, exact, credentials))
         for _ in range(PRODUCERS)
     ] + [
-        threading.Thread(target=plain_worker, args=(urls, PLAIN_INCREMENTS // PLAIN_WORKERS, plain))
+        threading.Thread(target=plain_worker, args=(urls, plain_each, plain, credentials))
         for _ in range(PLAIN_WORKERS)
     ]
     faults: list[str] = []

@@ -27,6 +27,13 @@ it on any unknown outcome and the server applies it once
 :class:`AuthenticationError`, a 403 :class:`PermissionDeniedError`, a failed
 handshake :class:`TlsError` at once (never retried).
 
+Users, roles and permissions (``/v1/auth/*``) are managed with methods of
+either client: ``token``, ``auth_enable``/``auth_disable``/``auth_status``,
+``user_add``/``user_delete``/``user_passwd``/``user_grant_role``/
+``user_revoke_role``/``users``/``user``, ``role_add``/``role_delete``/
+``role_grant``/``role_revoke``/``roles``/``role``
+(:mod:`http_api.client.auth_methods`; values in :mod:`http_api.client.auth_model`).
+
 Neither client is safe to share between threads; the async one belongs to the
 event loop that first used it. Close them (or use ``with`` / ``async with``).
 
@@ -34,13 +41,15 @@ Modules: ``errors`` (the exception tree), ``model`` (Item, ScanPage, Compare,
 Op, TxnResult), ``wire`` (URLs, requests and answers, I/O-free), ``rules``
 (leader and retry rules, I/O-free), ``operations`` (each call as an I/O-free
 plan, and what both clients share), ``producer`` (an idempotent producer's
-rules, I/O-free), ``sync_client`` and ``async_client``.
+rules, I/O-free), ``auth_model``, ``auth_plans`` and ``auth_methods`` (users
+and roles), ``sync_client`` and ``async_client``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from http_api.client.auth_model import AuthStatus, Permission, Role, User
 from http_api.client.credentials import Credentials
 from http_api.client.errors import (
     AuthenticationError,
@@ -51,6 +60,7 @@ from http_api.client.errors import (
     KeyNotFoundError,
     NotAnIntegerError,
     NotAppliedError,
+    NotFoundError,
     OverloadedError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -59,6 +69,7 @@ from http_api.client.errors import (
     RkvClientError,
     SequenceError,
     TlsError,
+    TooManyRequestsError,
     UnavailableError,
     UnknownOutcomeError,
     UnknownProducerError,
@@ -93,6 +104,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncProducer",
     "AsyncRkvClient",
+    "AuthStatus",
     "AuthenticationError",
     "ClusterUnreachableError",
     "Compare",
@@ -104,9 +116,11 @@ __all__ = [
     "KeyNotFoundError",
     "NotAnIntegerError",
     "NotAppliedError",
+    "NotFoundError",
     "Op",
     "OverloadedError",
     "PayloadTooLargeError",
+    "Permission",
     "PermissionDeniedError",
     "Producer",
     "ProducerError",
@@ -114,14 +128,17 @@ __all__ = [
     "RetryPolicy",
     "RkvClient",
     "RkvClientError",
+    "Role",
     "ScanPage",
     "SequenceError",
     "TlsError",
+    "TooManyRequestsError",
     "TxnOpResult",
     "TxnResult",
     "UnavailableError",
     "UnknownOutcomeError",
     "UnknownProducerError",
+    "User",
     "VersionConflictError",
 ]
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 import aiohttp
 from yarl import URL
 
+from http_api.client.auth_methods import _AsyncAuthMethods
 from http_api.client.credentials import Credentials
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.operations import _BaseClient, _Write
@@ -86,7 +87,7 @@ class _AsyncTransport:
             self._session = None
 
 
-class AsyncRkvClient(_BaseClient[_AsyncTransport]):
+class AsyncRkvClient(_AsyncAuthMethods, _BaseClient[_AsyncTransport]):
     """The asyncio twin of :class:`RkvClient`: the same methods, as coroutines
     (``scan`` is an async iterator: ``async for item in client.scan(...)``)."""
 

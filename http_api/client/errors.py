@@ -4,13 +4,16 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
 ``status`` (None when no answer came) and the node ``url``::
 
     RkvClientError
-    ├── KeyNotFoundError          404 not_found
+    ├── NotFoundError             404: a user, role, grant or endpoint that does not exist
+    │   └── KeyNotFoundError      404 not_found: the key
     ├── VersionConflictError      412 version_conflict; .current_version
     ├── InvalidRequestError       400 (invalid_key, reserved_key, not_utf8, ...)
     ├── PayloadTooLargeError      413 payload_too_large
     ├── AuthenticationError       401: no, wrong or expired credentials (unauthenticated,
     │                             invalid_credentials, invalid_token, token_expired)
     ├── PermissionDeniedError     403 permission_denied: the user lacks the permission named
+    ├── TooManyRequestsError      429: a limit (``code`` names it: too_many_failed_logins,
+    │                             too_many_users, ...); .retry_after
     ├── ConflictError             409: the key's state or the producer's refuses the write
     │   ├── NotAnIntegerError     not_an_integer: incr of a value that is not a decimal integer
     │   ├── IntegerOverflowError  integer_overflow: incr past the signed 64-bit range
@@ -58,7 +61,14 @@ class RkvClientError(Exception):
         return str(self)
 
 
-class KeyNotFoundError(RkvClientError):
+class NotFoundError(RkvClientError):
+    """404: what the request names does not exist (``code``: user_not_found,
+    role_not_found, role_not_granted, permission_not_granted, no_such_endpoint)."""
+
+    default_code = "not_found"
+
+
+class KeyNotFoundError(NotFoundError):
     default_code = "not_found"
 
 
@@ -97,6 +107,25 @@ class PermissionDeniedError(RkvClientError):
     """403: the credentials are good but lack the permission the message names."""
 
     default_code = "permission_denied"
+
+
+class TooManyRequestsError(RkvClientError):
+    """429: a bounded resource is full, or too many failed logins (``code`` names which);
+    ``retry_after``: seconds the server asked to wait (None when it did not say)."""
+
+    default_code = "limit_reached"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        url: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code, status=status, url=url)
+        self.retry_after = retry_after
 
 
 class ConflictError(RkvClientError):

@@ -15,8 +15,9 @@ other members' URLs are learned from it too). When to retry, bounded by
   :class:`UnknownOutcomeError`;
 - a 307 (a ``consistency=leader`` read on a follower) is followed to the
   leader named in Location;
-- 401 and 403 (also to the leader's discovery, ``GET /v1/status``) and a failed
-  TLS handshake are raised at once: other nodes would answer the same;
+- 401, 403 and 429 (also to the leader's discovery, ``GET /v1/status``) and a
+  failed TLS handshake are raised at once: other nodes would answer the same
+  (429: too many failed logins from this client);
 - an idempotent producer's write (:meth:`_Router.call_resendable`, used by
   :mod:`http_api.client.producer`) is sent again, unchanged, on every unknown
   or transient outcome (a lost connection, a timeout, any 503, a 5xx) until an
@@ -158,8 +159,9 @@ class _Router:
                 failed.add(base)
                 self.last_failure = f"{base}: {_describe(outcome, base)}"
                 continue
-            if outcome.status in (401, 403):
-                # Credentials the cluster refuses: no other node will think otherwise.
+            if outcome.status in (401, 403, 429):
+                # Credentials the cluster refuses (or too many failed logins with them):
+                # no other node will think otherwise.
                 raise error_from_reply(outcome, base)
             body = outcome.json() if outcome.status == 200 else None
             if not isinstance(body, dict):

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+from http_api.client.auth_methods import _SyncAuthMethods
 from http_api.client.credentials import Credentials
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.operations import _BaseClient, _Write
@@ -115,10 +116,11 @@ class _SyncTransport:
             self._drop(base)
 
 
-class RkvClient(_BaseClient[_SyncTransport]):
+class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
     """A blocking rkv client. ``urls``: one node URL, several, or a comma-separated string;
     ``credentials``: the CA to trust, a client certificate, a user or a token
-    (:class:`http_api.client.Credentials`)."""
+    (:class:`http_api.client.Credentials`). Users and roles: the methods of
+    :mod:`http_api.client.auth_methods`."""
 
     def _new_transport(self, credentials: Credentials) -> _SyncTransport:
         return _SyncTransport(credentials)

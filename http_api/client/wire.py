@@ -27,12 +27,14 @@ from http_api.client.errors import (
     KeyNotFoundError,
     NotAnIntegerError,
     NotAppliedError,
+    NotFoundError,
     OverloadedError,
     PayloadTooLargeError,
     PermissionDeniedError,
     ProducerFencedError,
     RkvClientError,
     SequenceError,
+    TooManyRequestsError,
     UnavailableError,
     UnknownOutcomeError,
     UnknownProducerError,
@@ -348,8 +350,10 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
         message = reply.body[:200].decode("utf-8", "replace").strip() or f"HTTP {reply.status}"
     status = reply.status
     common: dict[str, Any] = {"code": code, "status": status, "url": url}
-    if status == 404 and code == "not_found":
-        return KeyNotFoundError(message, **common)
+    if status == 404:
+        if code == "not_found":
+            return KeyNotFoundError(message, **common)
+        return NotFoundError(message, **common)
     if status == 412:
         current = body.get("current_version") if isinstance(body, dict) else None
         return VersionConflictError(
@@ -363,6 +367,8 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
         return AuthenticationError(message, **common)
     if status == 403:
         return PermissionDeniedError(message, **common)
+    if status == 429:
+        return TooManyRequestsError(message, retry_after=_retry_after(reply.headers), **common)
     if status == 409:
         conflict: type[ConflictError] = _CONFLICTS.get(code or "", ConflictError)
         return conflict(message, **common)

@@ -50,6 +50,7 @@ from node.cli.common import (
     positive_float,
     positive_int,
     producer_triple,
+    shown_bytes,
     signed_int64,
 )
 from node.cli.credential_flags import add_credentials_arguments, credentials_from
@@ -68,17 +69,6 @@ def _text_arg(text: str) -> bytes:
 
 def _value_arg(text: str) -> bytes:
     return sys.stdin.buffer.read() if text == "-" else _text_arg(text)
-
-
-def _shown(data: bytes) -> str:
-    """Text when it is printable UTF-8, else ``base64:<base64>``."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and text.isprintable() and not text.startswith(BASE64_MARK):
-        return text
-    return BASE64_MARK + base64.b64encode(data).decode("ascii")
 
 
 def _json_bytes(data: bytes, utf8: bool) -> str:
@@ -194,7 +184,7 @@ def _client_cmd_scan(client: RkvClient, args: argparse.Namespace) -> int:
             items.extend(page.items)
         else:
             for item in page.items:
-                print(f"{_shown(item.key)}\t{item.version}\t{_shown(item.value)}")
+                print(f"{shown_bytes(item.key)}\t{item.version}\t{shown_bytes(item.value)}")
         cursor = page.next
         if cursor is None:
             break

@@ -8,6 +8,7 @@ several of them use, and imports nothing of rkv but the Python client.
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 from typing import Any
 
@@ -101,3 +102,14 @@ def producer_triple(text: str) -> tuple[int, int, int]:
         )
     producer_id, epoch, sequence = (int(p) for p in parts)
     return producer_id, epoch, sequence
+
+
+def shown_bytes(data: bytes) -> str:
+    """Text when it is printable UTF-8, else ``base64:<base64>``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable() and not text.startswith(BASE64_MARK):
+        return text
+    return BASE64_MARK + base64.b64encode(data).decode("ascii")

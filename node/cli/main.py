@@ -2,7 +2,8 @@
 
 Each family keeps its arguments and its handler together in its own module
 (serve: up, node, check; client: put, get, delete, incr, append, scan, txn,
-compact, status, producer init; cluster; snapshot; audit; redis; certs), registers
+compact, status, producer init; cluster; auth; user; role; snapshot; audit; redis;
+certs), registers
 its handler with ``set_defaults(run=...)``, and imports what only its handler
 needs (the server stack, the audit engines, the replicator) when it runs.
 """
@@ -14,10 +15,10 @@ import logging
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from node.cli import audit, certs, client, cluster, redis, serve, snapshot
+from node.cli import audit, auth, certs, client, cluster, redis, role, serve, snapshot, user
 from node.errors import RkvError
 
-FAMILIES = (serve, client, cluster, snapshot, audit, redis, certs)
+FAMILIES = (serve, client, cluster, auth, user, role, snapshot, audit, redis, certs)
 
 
 def _version() -> str:

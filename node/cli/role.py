@@ -1,0 +1,164 @@
+"""`rkv role add | delete | grant | revoke | list | get`: roles and their permissions
+(admin once auth is on).
+
+``grant NAME (--exact KEY | --prefix P | --checkpoint C) --permission
+read|write|readwrite``, or ``grant NAME --permission admin`` (no target);
+granting on a target the role has replaces its permission there. ``revoke NAME
+(--exact KEY | --prefix P | --checkpoint C | --admin)``. (One key is ``--exact``:
+``--key`` is every command's client-certificate key file.) Keys and prefixes are the
+bytes typed; listed ones that are not printable text show as ``base64:...``.
+A permission prints as ``PERMISSION<TAB>key|prefix|checkpoint<TAB>TARGET``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from http_api.client import Permission, RkvClient, Role
+from http_api.client.auth_model import PERMISSIONS
+from http_api.client.credentials import Credentials
+from node.cli.common import shown_bytes
+from node.cli.management import EPILOG, UsageError, common_parent, run_call
+
+
+def add_commands(sub: Any) -> None:
+    role = sub.add_parser("role", help="add or delete roles, grant or revoke their permissions")
+    actions = role.add_subparsers(dest="role_command", required=True)
+    common = common_parent()
+    common.set_defaults(run=run)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name, parents=[common], help=help_text, epilog=EPILOG
+        )
+        parser.add_argument("name", help="the role")
+        return parser
+
+    action("add", "add a role (with no permission)")
+    action("delete", "delete a role (and take it from every user)")
+    grant = action("grant", "give a role a permission on a key, a prefix or a checkpoint")
+    _targets(grant, admin=False)
+    grant.add_argument(
+        "--permission",
+        required=True,
+        choices=PERMISSIONS,
+        help="admin: the cluster endpoints and users and roles (takes no target)",
+    )
+    revoke = action("revoke", "take a role's permission on a target (or its admin) away")
+    _targets(revoke, admin=True)
+    actions.add_parser(
+        "list", parents=[common], help="every role and its permissions", epilog=EPILOG
+    )
+    action("get", "one role's permissions")
+
+
+def _targets(parser: argparse.ArgumentParser, *, admin: bool) -> None:
+    group = parser.add_mutually_exclusive_group(required=admin)
+    group.add_argument(
+        "--exact",
+        dest="exact_key",
+        metavar="KEY",
+        help="exactly this key (not --key: that is the client certificate's key file)",
+    )
+    group.add_argument("--prefix", metavar="P", help="every key starting with P")
+    group.add_argument(
+        "--checkpoint", metavar="C", help="a replicator's checkpoint (the Redis one: redis:PREFIX)"
+    )
+    if admin:
+        group.add_argument("--admin", action="store_true", help="the admin permission")
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else os.fsencode(text)
+
+
+def _permission_json(permission: Permission) -> dict[str, Any]:
+    found: dict[str, Any] = {"permission": permission.permission}
+    if permission.key is not None:
+        found["key"] = shown_bytes(permission.key)
+    elif permission.prefix is not None:
+        found["prefix"] = shown_bytes(permission.prefix)
+    elif permission.checkpoint is not None:
+        found["checkpoint"] = permission.checkpoint
+    return found
+
+
+def _role_json(role: Role) -> dict[str, Any]:
+    permissions = [_permission_json(p) for p in role.permissions]
+    return {"name": role.name, "permissions": permissions, "built_in": role.built_in}
+
+
+def _show_role(answer: dict[str, Any]) -> None:
+    print(answer["name"] + ("\t(built in)" if answer["built_in"] else ""))
+    for permission in answer["permissions"]:
+        target = [(k, v) for k, v in permission.items() if k != "permission"]
+        print("\t".join(["", permission["permission"], *(f"{k}\t{v}" for k, v in target)]))
+
+
+def _show_roles(answer: dict[str, Any]) -> None:
+    for role in answer["roles"]:
+        _show_role(role)
+
+
+def run(args: argparse.Namespace) -> int:
+    action: str = args.role_command
+    where = f"rkv role {action} {args.name}" if hasattr(args, "name") else "rkv role list"
+
+    def changed(text: str) -> Any:
+        return lambda answer: print(f"{text} (auth revision {answer['revision']})")
+
+    if action == "add":
+        return run_call(
+            where,
+            args,
+            lambda c, _: {"revision": c.role_add(args.name)},
+            changed(f"role {args.name} added"),
+        )
+    if action == "delete":
+        return run_call(
+            where,
+            args,
+            lambda c, _: {"revision": c.role_delete(args.name)},
+            changed(f"role {args.name} deleted"),
+        )
+    if action == "grant":
+
+        def grant(client: RkvClient, _: Credentials) -> dict[str, Any]:
+            if args.permission == "admin" and (args.exact_key or args.prefix or args.checkpoint):
+                raise UsageError("--permission admin takes no --exact, --prefix or --checkpoint")
+            if args.permission != "admin" and not (
+                args.exact_key or args.prefix or args.checkpoint
+            ):
+                raise UsageError(
+                    f"--permission {args.permission} needs --exact, --prefix or --checkpoint"
+                )
+            revision = client.role_grant(
+                args.name,
+                permission=args.permission,
+                key=_bytes(args.exact_key),
+                prefix=_bytes(args.prefix),
+                checkpoint=args.checkpoint,
+            )
+            return {"revision": revision}
+
+        return run_call(where, args, grant, changed(f"role {args.name}: {args.permission} granted"))
+    if action == "revoke":
+
+        def revoke(client: RkvClient, _: Credentials) -> dict[str, Any]:
+            revision = client.role_revoke(
+                args.name,
+                key=_bytes(args.exact_key),
+                prefix=_bytes(args.prefix),
+                checkpoint=args.checkpoint,
+                admin=args.admin,
+            )
+            return {"revision": revision}
+
+        return run_call(where, args, revoke, changed(f"role {args.name}: permission revoked"))
+    if action == "list":
+        return run_call(
+            where, args, lambda c, _: {"roles": [_role_json(r) for r in c.roles()]}, _show_roles
+        )
+    return run_call(where, args, lambda c, _: _role_json(c.role(args.name)), _show_role)

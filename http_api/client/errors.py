@@ -109,11 +109,9 @@ class PermissionDeniedError(RkvClientError):
     default_code = "permission_denied"
 
 
-class TooManyRequestsError(RkvClientError):
-    """429: a bounded resource is full, or too many failed logins (``code`` names which);
-    ``retry_after``: seconds the server asked to wait (None when it did not say)."""
-
-    default_code = "limit_reached"
+class _RetryLater(RkvClientError):
+    """An error the server said to retry: ``retry_after``, seconds it asked to wait
+    (None when it did not say)."""
 
     def __init__(
         self,
@@ -126,6 +124,12 @@ class TooManyRequestsError(RkvClientError):
     ) -> None:
         super().__init__(message, code=code, status=status, url=url)
         self.retry_after = retry_after
+
+
+class TooManyRequestsError(_RetryLater):
+    """429: a bounded resource is full, or too many failed logins (``code`` names which)."""
+
+    default_code = "limit_reached"
 
 
 class ConflictError(RkvClientError):
@@ -185,20 +189,8 @@ class SequenceError(ProducerError):
     default_code = "out_of_order_sequence"
 
 
-class UnavailableError(RkvClientError):
+class UnavailableError(_RetryLater):
     default_code = "unavailable"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        status: int | None = None,
-        url: str | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message, code=code, status=status, url=url)
-        self.retry_after = retry_after
 
 
 class NotAppliedError(UnavailableError):

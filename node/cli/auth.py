@@ -15,20 +15,11 @@ from typing import Any
 
 from http_api.client import RkvClient
 from http_api.client.credentials import Credentials
-from node.cli.management import EPILOG, UsageError, common_parent, run_call
+from node.cli.management import UsageError, command_group, run_call
 
 
 def add_commands(sub: Any) -> None:
-    auth = sub.add_parser("auth", help="turn authentication on or off; get a token")
-    actions = auth.add_subparsers(dest="auth_command", required=True)
-    common = common_parent()
-    common.set_defaults(run=run)
-
-    def action(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(
-            name, parents=[common], help=help_text, epilog=EPILOG
-        )
-        return parser
+    action = command_group(sub, "auth", "turn authentication on or off; get a token", run)
 
     action("enable", "require credentials from now on (the user root must have the role root)")
     action("disable", "stop requiring credentials (admin)")

@@ -60,6 +60,25 @@ def common_parent() -> argparse.ArgumentParser:
     return common
 
 
+def command_group(
+    sub: Any, name: str, help_text: str, run: Callable[[argparse.Namespace], int]
+) -> Callable[[str, str], argparse.ArgumentParser]:
+    """``rkv NAME ACTION ...``: adds the group, and returns a function adding one action
+    (a parser with the common flags, whose ``run`` is the group's)."""
+    group = sub.add_parser(name, help=help_text)
+    actions = group.add_subparsers(dest=f"{name}_command", required=True)
+    common = common_parent()
+    common.set_defaults(run=run)
+
+    def action(action_name: str, action_help: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            action_name, parents=[common], help=action_help, epilog=EPILOG
+        )
+        return parser
+
+    return action
+
+
 def add_new_password_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--new-password-file",

@@ -20,19 +20,16 @@ from http_api.client import Permission, RkvClient, Role
 from http_api.client.auth_model import PERMISSIONS
 from http_api.client.credentials import Credentials
 from node.cli.common import shown_bytes
-from node.cli.management import EPILOG, UsageError, common_parent, run_call
+from node.cli.management import UsageError, command_group, run_call
 
 
 def add_commands(sub: Any) -> None:
-    role = sub.add_parser("role", help="add or delete roles, grant or revoke their permissions")
-    actions = role.add_subparsers(dest="role_command", required=True)
-    common = common_parent()
-    common.set_defaults(run=run)
+    group_action = command_group(
+        sub, "role", "add or delete roles, grant or revoke their permissions", run
+    )
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(
-            name, parents=[common], help=help_text, epilog=EPILOG
-        )
+        parser = group_action(name, help_text)
         parser.add_argument("name", help="the role")
         return parser
 
@@ -48,9 +45,7 @@ def add_commands(sub: Any) -> None:
     )
     revoke = action("revoke", "take a role's permission on a target (or its admin) away")
     _targets(revoke, admin=True)
-    actions.add_parser(
-        "list", parents=[common], help="every role and its permissions", epilog=EPILOG
-    )
+    group_action("list", "every role and its permissions")
     action("get", "one role's permissions")
 
 

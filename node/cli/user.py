@@ -14,25 +14,15 @@ from typing import Any
 from http_api.client import RkvClient, User
 from http_api.client.credentials import Credentials
 from node.cli.management import (
-    EPILOG,
     add_new_password_arguments,
-    common_parent,
+    command_group,
     read_new_password,
     run_call,
 )
 
 
 def add_commands(sub: Any) -> None:
-    user = sub.add_parser("user", help="add, delete or change users")
-    actions = user.add_subparsers(dest="user_command", required=True)
-    common = common_parent()
-    common.set_defaults(run=run)
-
-    def action(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(
-            name, parents=[common], help=help_text, epilog=EPILOG
-        )
-        return parser
+    action = command_group(sub, "user", "add, delete or change users", run)
 
     add = action("add", "add a user (its password asked on the terminal, or a file)")
     add.add_argument("name")

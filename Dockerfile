@@ -60,8 +60,10 @@ ENV RKV_LISTEN=0.0.0.0:8001 \
     RKV_DATA_DIR=/var/lib/rkv
 EXPOSE 8001 8101
 # Healthy = ready: the node knows a leader, has caught up and is not stalled.
+# /readyz needs no credentials; with TLS on (RKV_TLS_CERT) it is asked over
+# HTTPS, verified with RKV_TLS_CA (the node certificate names 127.0.0.1).
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 \
-    CMD ["python3", "-c", "import os, urllib.request; port = os.environ.get('RKV_LISTEN', ':8001').rsplit(':', 1)[1]; urllib.request.urlopen(f'http://127.0.0.1:{port}/readyz', timeout=2)"]
+    CMD ["python3", "-c", "import os, ssl, urllib.request; env = os.environ.get; port = env('RKV_LISTEN', ':8001').rsplit(':', 1)[1]; tls = bool(env('RKV_TLS_CERT')); context = ssl.create_default_context(cafile=env('RKV_TLS_CA')) if tls else None; urllib.request.urlopen(('https' if tls else 'http') + f'://127.0.0.1:{port}/readyz', timeout=2, context=context)"]
 # Exec form: rkv is PID 1 (or docker-init's child with --init) and stops on
 # SIGTERM itself (node/cli/wiring.py), well within `docker stop`'s 10 s.
 STOPSIGNAL SIGTERM

@@ -11,7 +11,7 @@ APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive sh -c \
 
 .PHONY: run test lint typecheck unit bench system-deps venv clean
 
-## run: a local 3-node cluster on loopback
+## run: a local 3-node cluster on loopback, auth and TLS off (it prints how to turn them on)
 run: $(STAMP)
 	$(BIN)/rkv up
 

@@ -26,7 +26,7 @@ _ERROR_TEXT = {
     "of users or roles: ask for a new one), token_expired",
     403: "permission_denied: the user lacks the permission the message names (e.g. needs "
     "write on key 'x', needs read on prefix 'p', needs admin); auth_required: this node "
-    "serves on a non-loopback address without authentication and refuses an operation "
+    "serves on a non-loopback address with authentication disabled and refuses an operation "
     "that could redirect clients (a member's url)",
     404: "No such key (or member). Auth: user_not_found, role_not_found, role_not_granted, "
     "permission_not_granted. Audits: audit_not_found (this node has no export of it, "
@@ -58,7 +58,9 @@ _ERROR_TEXT = {
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
-    "no_leader, node_not_ready or audits_unavailable",
+    "no_leader, node_not_ready, audits_unavailable, or auth_starting (a node given "
+    "--root-password-file on a cluster that never set auth up, before the root user "
+    "and auth are applied; Retry-After)",
 }
 
 DUPLICATE_HEADER = {

@@ -32,7 +32,10 @@ def node_paths() -> dict[str, Any]:
                 "between client addresses (--fair-share-busy): busy (the setting), "
                 "loop_busy (the seconds of loop time clients used over about the last "
                 "second), clients (addresses that used it), waits (requests, connections "
-                "and watch batches made to wait so far).",
+                "and watch batches made to wait so far). security: tls, auth_enabled, "
+                "loopback_only (--listen is loopback), insecure_no_auth (--insecure-no-auth) "
+                "and warning (set while the port is open beyond loopback without TLS or "
+                "auth).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },
@@ -323,7 +326,8 @@ def node_paths() -> dict[str, Any]:
                 "summary": "Change a member's HTTP URL (on the leader)",
                 "description": "Clients are redirected to a member's url and members "
                 "download catch-up state from it, so a node serving on a non-loopback "
-                "address refuses this (403 auth_required) until authentication exists.",
+                "address refuses this (403 auth_required) while authentication is "
+                "disabled; with auth enabled it needs admin.",
                 "parameters": [MEMBER_ID],
                 "requestBody": {
                     "required": True,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from http_api.client.control import get_json
+from http_api.client.control import HttpStatusError, get_json
 
 RAFT_PORT_OFFSET = 100
 SECRET_FILE = "cluster.secret"
@@ -91,17 +91,50 @@ def _get_json(url: str) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def wait_until_ready(cluster: list[LocalNode], timeout: float) -> str | None:
-    """Wait for every node's /readyz; returns the leader's id (None on time-out)."""
+def _leader_or_auth(url: str) -> tuple[str | None, bool]:
+    """The leader's id from a node's /v1/status, and whether auth is on (the status is
+    refused 401, or 503 auth_starting while --root-password-file sets it up)."""
+    try:
+        data = get_json(url + "/v1/status", timeout=2)
+    except HttpStatusError as exc:
+        return None, exc.status == 401 or exc.answer.get("code") == "auth_starting"
+    except (OSError, ValueError):
+        return None, False
+    leader = data.get("leader") if isinstance(data, dict) else None
+    return (str(leader.get("id")) if isinstance(leader, dict) else None), False
+
+
+def wait_until_ready(cluster: list[LocalNode], timeout: float) -> tuple[str | None, bool]:
+    """Wait for every node's /readyz; returns the leader's id (None on time-out, or when
+    auth hides it) and whether auth is on."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(_get_json(n.url + "/readyz") for n in cluster):
-            status = _get_json(cluster[0].url + "/v1/status") or {}
-            leader = status.get("leader")
-            if isinstance(leader, dict):
-                return str(leader.get("id"))
+            leader, auth_on = _leader_or_auth(cluster[0].url)
+            if leader is not None or auth_on:
+                return leader, auth_on
         time.sleep(0.2)
-    return None
+    return None, False
+
+
+def _print_security(auth_on: bool, first: str, last: str) -> None:
+    """What `rkv up` (and `make run`) say about auth and TLS: off, and how to turn them on."""
+    if auth_on:
+        print("rkv: auth is ON (TLS is off: plain HTTP on 127.0.0.1). Try:")
+        print(f"  curl -u root:PASSWORD -X PUT --data-binary hello {first}/v1/kv/greeting")
+        print(f"  curl -u root:PASSWORD {last}/v1/kv/greeting")
+        return
+    print(f"  curl -X PUT --data-binary hello {first}/v1/kv/greeting")
+    print(f"  curl {last}/v1/kv/greeting")
+    print(
+        "rkv: auth and TLS are OFF: anyone on this machine can read and write every key "
+        "(fine for a first try on 127.0.0.1).\n"
+        "  auth: start with --node-arg=--root-password-file=FILE (root gets FILE's first "
+        "line as password, auth on from the first start), or set it up through /v1/auth "
+        "(docs/OPERATIONS.md, Security)\n"
+        "  TLS: rkv certs create, then rkv node --tls-cert/--tls-key per node "
+        "(docs/OPERATIONS.md, TLS); docker compose runs with both on (docs/DOCKER.md)"
+    )
 
 
 def run_cluster(nodes: int, data_dir: Path, base_port: int, extra: list[str]) -> int:
@@ -125,15 +158,14 @@ def run_cluster(nodes: int, data_dir: Path, base_port: int, extra: list[str]) ->
         )
         processes.append((node, proc))
     print(f"rkv: starting a {nodes}-node cluster in {data_dir}", flush=True)
-    leader = wait_until_ready(cluster, timeout=30)
+    leader, auth_on = wait_until_ready(cluster, timeout=30)
     for node in cluster:
         print(f"  {node.node_id}  {node.url}   raft {node.raft_address}   logs in {node.data_dir}")
-    if leader is None:
+    if leader is None and not auth_on:
         print("rkv: the cluster is not ready after 30 s; see the node logs", flush=True)
     else:
-        print(f"rkv: ready; leader {leader}. Try:", flush=True)
-        print(f"  curl -X PUT --data-binary hello {cluster[0].url}/v1/kv/greeting")
-        print(f"  curl {cluster[-1].url}/v1/kv/greeting")
+        print(f"rkv: ready; leader {leader or '(hidden: auth is on)'}. Try:", flush=True)
+        _print_security(auth_on, cluster[0].url, cluster[-1].url)
         print("Ctrl-C stops the cluster; data and secret stay for the next start.", flush=True)
     exited: set[str] = set()
     while not stopping:

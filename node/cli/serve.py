@@ -71,7 +71,11 @@ def _cmd_node(args: argparse.Namespace) -> int:
         print(f"rkv node: {exc}", file=sys.stderr)
         return 2
     logging.getLogger().setLevel(config.log_level)
-    run_node(config, discovery)
+    try:
+        run_node(config, discovery)
+    except ConfigError as exc:  # the checks that need the node's state (node/cli/wiring.py)
+        print(f"rkv node: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

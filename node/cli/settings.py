@@ -16,6 +16,7 @@ from pathlib import Path
 from http_api.request_size import body_limit
 from http_api.tls import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_TLS_HANDSHAKE_TIMEOUT
 from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
+from node.cli.secure_start import StartSecurity, add_security_arguments, start_security
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
@@ -115,6 +116,8 @@ class NodeConfig:
     tls: NodeTls = field(default_factory=NodeTls)
     """HTTPS on the port (``tls.server``) and what calls to members present."""
     auth: AuthSettings = field(default_factory=AuthSettings)
+    security: StartSecurity = field(default_factory=StartSecurity)
+    """--root-password-file, --insecure-no-auth (node/cli/secure_start.py)."""
 
     @property
     def audit_path(self) -> Path:
@@ -144,6 +147,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
     add_tls_arguments(parser)
+    add_security_arguments(parser)
     add(
         "--insecure-dev-mode",
         action="store_true",
@@ -697,6 +701,12 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         transfer_idle_timeout=idle_timeout,
         tls=tls,
         auth=_auth_settings(args, env),
+        security=start_security(
+            http_host,
+            tls.server is not None,
+            _value(args, env, "root_password_file"),
+            bool(getattr(args, "insecure_no_auth", None)) or env.get("RKV_INSECURE_NO_AUTH") == "1",
+        ),
     )
 
 

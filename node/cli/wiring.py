@@ -7,28 +7,31 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import logging
 import resource
 import signal
 import sys
+from typing import Any
 
 from http_api.connections import HttpLimits
 from http_api.server import HttpServer
 from node.audit.jobs import AuditExporter
 from node.audit.retention import RetentionPolicy
 from node.cli.join import Discovery, Member, announce
+from node.cli.secure_start import auth_state_problem, insecure_warning
 from node.cli.settings import NodeConfig
-from node.errors import RequestError
+from node.errors import ConfigError, RequestError
 from node.service.audit import AuditService
 from node.service.auth import AuthService
+from node.service.auth_bootstrap import bootstrap_root
 from node.service.auth_tokens import member_headers
 from node.service.kv import KvService
 from node.service.login_limits import FailedLogins
+from node.state.auth_records import AUTH_META_KEY, decode_meta
 from node.state.machine import StateMachine
 from node.storage.compactor import Compactor
 from node.storage.lmdb_store import LmdbStore
-from node.storage.recovery import open_storage
+from node.storage.recovery import NodeStorage, open_storage
 from raft.consensus import RaftConsensus
 from replication.pull.catch_up import catch_up
 
@@ -38,7 +41,7 @@ logger = logging.getLogger(__name__)
 async def serve(
     config: NodeConfig, stop: asyncio.Event, discovery: Discovery | None = None
 ) -> None:
-    storage = open_storage(config.data_dir, config.storage)
+    storage = _open_checked_storage(config)
     machine = StateMachine.over(storage)
     consensus = RaftConsensus(
         config.raft,
@@ -87,6 +90,7 @@ async def serve(
             loop.call_soon_threadsafe(start)
 
         consensus.catch_up_listeners.append(compact_after_catch_up)
+        auth = auth_service(config, consensus, storage.store)
         service = KvService(
             consensus,
             storage.store,
@@ -104,7 +108,9 @@ async def serve(
             max_page_bytes=config.max_page_bytes,
             max_txn_result_bytes=config.max_txn_result_bytes,
             stall_timeout=config.transfer_idle_timeout,
-            member_url_changes=is_loopback(config.http_host),
+            # Admin-only once auth is enabled (http_api/permissions.py).
+            member_url_changes=lambda: config.security.loopback or auth.enabled,
+            security=lambda: security_status(config, auth.enabled),
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
@@ -123,7 +129,6 @@ async def serve(
             max_body_bytes_in_flight=config.max_body_bytes_in_flight,
             fair_share_busy=config.fair_share_busy,
         )
-        auth = auth_service(config, consensus, storage.store)
         http = HttpServer(
             service,
             config.http_host,
@@ -141,26 +146,15 @@ async def serve(
             config.raft_address,
             "" if config.secret else " (INSECURE dev mode: no cluster secret)",
         )
-        joining = None
-        if config.join_url is not None and discovery is not None:
-            joining = asyncio.create_task(
-                announce(
-                    config.join_url,
-                    Member(config.node_id, config.raft_address, config.advertise_url),
-                    discovery,
-                    config.tls.peer_credentials,
-                    member_headers(config.secret, config.node_id),
-                )
-            )
+        bootstrap = _secure_start(config, auth, consensus)
+        joining = _announce(config, discovery)
         try:
             await stop.wait()
         finally:
             logger.info("node %s stopping", config.node_id)
-            background.cancel()
-            sweeper.cancel()
-            pruner.cancel()
-            if joining is not None:
-                joining.cancel()
+            for task in (background, sweeper, pruner, joining, bootstrap):
+                if task is not None:
+                    task.cancel()
             await http.stop()
             service.close_held_snapshots()
     finally:
@@ -185,7 +179,61 @@ def auth_service(config: NodeConfig, consensus: RaftConsensus, store: LmdbStore)
         failed_logins=FailedLogins(
             settings.max_failed_logins, settings.max_failed_logins_per_address
         ),
+        awaiting_bootstrap=config.security.root_password is not None,
     )
+
+
+def _open_checked_storage(config: NodeConfig) -> NodeStorage:
+    """Open storage, then the start-up check that needs this node's auth state
+    (node/cli/secure_start.py): ConfigError, storage closed again."""
+    storage = open_storage(config.data_dir, config.storage)
+    found = storage.store.get(AUTH_META_KEY)
+    meta = decode_meta(None if found is None else found.value)
+    problem = auth_state_problem(config.security, meta.enabled, meta.revision)
+    if problem is not None:
+        storage.close()
+        raise ConfigError(problem)
+    return storage
+
+
+def _secure_start(
+    config: NodeConfig, auth: AuthService, consensus: RaftConsensus
+) -> asyncio.Task[None] | None:
+    """The loud warning of a port open beyond loopback, and the root bootstrap's task."""
+    warning = insecure_warning(config.security, auth.enabled)
+    if warning is not None:
+        logger.warning("%s", warning)
+    password = config.security.root_password
+    if password is None:
+        return None
+    return asyncio.create_task(bootstrap_root(auth, consensus, password))
+
+
+def _announce(config: NodeConfig, discovery: Discovery | None) -> asyncio.Task[None] | None:
+    """With --join: add this node as a member of the cluster it discovered."""
+    if config.join_url is None or discovery is None:
+        return None
+    return asyncio.create_task(
+        announce(
+            config.join_url,
+            Member(config.node_id, config.raft_address, config.advertise_url),
+            discovery,
+            config.tls.peer_credentials,
+            member_headers(config.secret, config.node_id),
+        )
+    )
+
+
+def security_status(config: NodeConfig, auth_enabled: bool) -> dict[str, Any]:
+    """/v1/status ``security``: what protects this node's HTTP port now."""
+    security = config.security
+    return {
+        "tls": security.tls,
+        "auth_enabled": auth_enabled,
+        "loopback_only": security.loopback,
+        "insecure_no_auth": security.insecure_no_auth,
+        "warning": insecure_warning(security, auth_enabled),
+    }
 
 
 async def sweep_producers(service: KvService, interval: float) -> None:
@@ -205,16 +253,6 @@ async def sweep_producers(service: KvService, interval: float) -> None:
 _FILES_BESIDE_CONNECTIONS = 1024
 """Open files a node needs besides its HTTP connections: raft peers, segments, LMDB,
 snapshot and audit files, watches' log readers."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or a name) is this machine's loopback only."""
-    if host in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _raise_open_files_limit(config: NodeConfig) -> None:

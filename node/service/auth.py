@@ -21,6 +21,12 @@ Authenticating a request (:meth:`AuthService.authenticate`) gives a
 
 Principals are cached per auth revision too: a change of any user or role
 clears every cache on the node that applies it.
+
+With ``awaiting_bootstrap`` (the node has --root-password-file), a cluster that
+never set auth up (revision 0) is not open while the bootstrap
+(node/service/auth_bootstrap.py) is on its way: every request that needs
+credentials is 503 ``auth_starting`` until root exists and auth is enabled,
+but members' tokens (catch-up, join) are accepted.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from node.errors import (
     PayloadTooLarge,
     RequestError,
     Unauthenticated,
+    Unavailable,
 )
 from node.service.auth_tokens import (
     DEFAULT_TOKEN_TTL,
@@ -162,8 +169,10 @@ class AuthService:
         max_roles: int = DEFAULT_MAX_ROLES,
         max_role_permissions: int = DEFAULT_MAX_ROLE_PERMISSIONS,
         failed_logins: FailedLogins | None = None,
+        awaiting_bootstrap: bool = False,
     ) -> None:
         self._consensus = consensus
+        self._awaiting_bootstrap = awaiting_bootstrap
         self._store = store
         self._signer = None if secret is None else TokenSigner(secret)
         self._token_ttl = token_ttl
@@ -229,6 +238,8 @@ class AuthService:
         or LimitReached (too many failed logins)."""
         meta = self.meta()
         if not meta.enabled:
+            if meta.revision == 0 and self._awaiting_bootstrap:
+                return self._while_bootstrapping(authorization)
             return None
         if authorization:
             scheme, _, credentials = authorization.strip().partition(" ")
@@ -254,6 +265,23 @@ class AuthService:
             "or a client certificate",
             code="unauthenticated",
         )
+
+    def _while_bootstrapping(self, authorization: str | None) -> Principal:
+        """Before the root bootstrap is applied: members only."""
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        if scheme.lower() == "bearer" and self._signer is not None:
+            try:
+                if self._signer.verify(token.strip()).kind == MEMBER_KIND:
+                    return MEMBER
+            except Unauthenticated:
+                pass
+        refused = Unavailable(
+            "authentication is being set up (--root-password-file): the user root and "
+            "auth are not applied on this node yet; retry in a moment",
+            code="auth_starting",
+        )
+        refused.retry_after = 1.0
+        raise refused
 
     def _bearer(self, token: str, revision: int) -> Principal:
         if self._signer is None:

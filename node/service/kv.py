@@ -219,9 +219,11 @@ class KvService:
         max_txn_result_bytes: int | None = None,
         max_txn_bytes: int | None = None,
         stall_timeout: float = 30.0,
-        member_url_changes: bool = True,
+        member_url_changes: Callable[[], bool] = lambda: True,
+        security: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._member_url_changes = member_url_changes
+        self._security = security
         self._stall_timeout = stall_timeout
         self._producer_expiry_ms = producer_expiry_ms
         self._max_producers = max_producers
@@ -644,6 +646,8 @@ class KvService:
             "max_value_bytes": self._max_value_bytes,
             "max_page_bytes": self._max_page_bytes,
         }
+        if self._security is not None:
+            status["security"] = self._security()
         return status
 
     # -- replicator checkpoints --------------------------------------------------------
@@ -672,13 +676,13 @@ class KvService:
 
     async def set_member_url(self, node_id: str, url: str) -> dict[str, Any]:
         """Change where a member's HTTP API is found. Clients are redirected there and
-        members download catch-up state from it, so until users and permissions exist
-        (issue 16) only a node serving on loopback takes it."""
-        if not self._member_url_changes:
+        members download catch-up state from it, so only a node serving on loopback or
+        with auth enabled (where the route is admin-only) takes it."""
+        if not self._member_url_changes():
             raise Forbidden(
                 "changing a member's url redirects clients and catch-up downloads; this "
-                "node serves on a non-loopback address without authentication, so it "
-                "refuses (bind --listen to loopback to change urls, or remove and add "
+                "node serves on a non-loopback address with authentication disabled, so "
+                "it refuses (enable auth, bind --listen to loopback, or remove and add "
                 "the member again)",
                 code="auth_required",
             )

@@ -4,6 +4,10 @@ Rules (every replica decides them from the state alone):
 
 - ENABLE needs the user ``root`` holding the role ``root`` (``root_required``).
   While enabled, ``root`` cannot be deleted nor lose the role ``root``.
+- BOOTSTRAP_ROOT (``--root-password-file``) adds ``root`` with the role ``root``
+  and enables auth in one entry, only while no auth change was ever applied
+  (revision 0); otherwise it is ``auth_already_set_up`` and writes nothing, so
+  several nodes may propose it at once and an operator's later DISABLE stays.
 - The role ``root`` is built in: adding, deleting or changing it is
   ``root_role_built_in``; granting it to a user is allowed.
 - Granting a role that does not exist is ``role_not_found``; deleting a role
@@ -111,6 +115,15 @@ def decide_auth(writer: EntryWriter, change: AuthChange) -> CommandResult:
 def _decide(writer: EntryWriter, change: AuthChange, meta: AuthMeta) -> CommandResult | bool | None:
     """A refusal, None (nothing to do), or the enabled flag after the change (written)."""
     op = change.op
+    if op is AuthOp.BOOTSTRAP_ROOT:
+        if meta.revision != 0 or _user(writer, ROOT) is not None:
+            return _refuse(
+                ResultCode.AUTH_ALREADY_SET_UP,
+                f"authentication was set up before (auth revision {meta.revision}): "
+                "the bootstrap does nothing",
+            )
+        _put(writer, user_key(ROOT), encode_user(UserRecord(change.password_hash, (ROOT,))))
+        return True
     if op is AuthOp.ENABLE:
         root = _user(writer, ROOT)
         if root is None or ROOT not in root.roles:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from node.errors import EntryDecodeError
 from node.state.auth_records import (
+    ROOT,
     Permission,
     decode_permission,
     encode_permission,
@@ -40,6 +41,9 @@ class AuthOp(enum.IntEnum):
     DELETE_ROLE = 9
     GRANT_PERMISSION = 10
     REVOKE_PERMISSION = 11
+    BOOTSTRAP_ROOT = 12
+    """Once, on a cluster that never set auth up: the user root with the role root,
+    and auth enabled, in one entry (--root-password-file)."""
 
 
 _USER_OPS = frozenset(
@@ -49,6 +53,7 @@ _USER_OPS = frozenset(
         AuthOp.SET_PASSWORD,
         AuthOp.GRANT_ROLE,
         AuthOp.REVOKE_ROLE,
+        AuthOp.BOOTSTRAP_ROOT,
     }
 )
 _ROLE_OPS = frozenset(
@@ -85,7 +90,9 @@ def _problem(change: AuthChange) -> str | None:
         problem = name_problem(change.role, "role")
     if problem is None and op is AuthOp.ADD_USER:
         problem = next((p for r in change.roles if (p := name_problem(r, "role"))), None)
-    needs_hash = op in (AuthOp.ADD_USER, AuthOp.SET_PASSWORD)
+    if problem is None and op is AuthOp.BOOTSTRAP_ROOT and change.name != ROOT:
+        problem = f"the bootstrap makes the user {ROOT}"
+    needs_hash = op in (AuthOp.ADD_USER, AuthOp.SET_PASSWORD, AuthOp.BOOTSTRAP_ROOT)
     if problem is None and needs_hash and not change.password_hash:
         problem = "a password hash is needed"
     needs_permission = op in (AuthOp.GRANT_PERMISSION, AuthOp.REVOKE_PERMISSION)

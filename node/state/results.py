@@ -42,6 +42,7 @@ class ResultCode(enum.Enum):
     TOO_MANY_USERS = "too_many_users"
     TOO_MANY_ROLES = "too_many_roles"
     TOO_MANY_ROLE_PERMISSIONS = "too_many_role_permissions"
+    AUTH_ALREADY_SET_UP = "auth_already_set_up"
     # Reported by the raft layer, never by apply: the node is stalled (its state
     # is known to miss entries) and applies nothing.
     NODE_STALLED = "node_stalled"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import ssl
 import sys
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ import pytest
 from tests.docker import images
 from tests.docker.compose import NODE_SERVICES, ComposeProject, compose_command
 from tests.docker.engine import Engine, EngineUnavailable, cache_dir, start_engine
-from tests.docker.published import PublishedCluster
+from tests.docker.published import PublishedCluster, basic
 from tests.support.cluster import free_ports
 
 TEST_SUBNET = "172.29.217"
@@ -96,6 +97,15 @@ def rkv_images(docker_engine: Engine) -> Images:
     return Images(seconds)
 
 
+def read_secret(engine: Engine, project: ComposeProject, name: str) -> str:
+    """A file of the compose project's ``secret`` volume (as README's commands read it)."""
+    return engine.docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "cat",
+        "--volume", f"{project.volume('secret')}:/secret:ro",
+        images.NODE_IMAGE, f"/secret/{name}",
+    ).stdout  # fmt: skip
+
+
 @dataclass
 class ComposeCluster:
     compose: ComposeProject
@@ -119,10 +129,18 @@ def compose_cluster(docker_engine: Engine, rkv_images: Images) -> Iterator[Compo
         **{f"RKV_HTTP_PORT_{i + 1}": str(port) for i, port in enumerate(ports)},
     }
     project = ComposeProject(command, f"{PROJECT_PREFIX}{os.getpid()}", env)
-    kv = PublishedCluster(dict(zip(NODE_SERVICES, ports, strict=True)))
     try:
         started = time.monotonic()
         project.run("up", "--detach", "--no-build")
+        # What a user on the host does (README): the CA and root's password, generated
+        # by the `secret` service, taken out of the `secret` volume.
+        ca = read_secret(docker_engine, project, "ca.crt")
+        password = read_secret(docker_engine, project, "root.password").splitlines()[0]
+        kv = PublishedCluster(
+            dict(zip(NODE_SERVICES, ports, strict=True)),
+            ssl.create_default_context(cadata=ca),
+            basic("root", password),
+        )
         deadline = time.monotonic() + 120
         while not all(kv.ready(s) for s in NODE_SERVICES) and time.monotonic() < deadline:
             time.sleep(0.5)

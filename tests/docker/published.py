@@ -1,9 +1,11 @@
-"""The compose cluster as a client on the host sees it: three published HTTP ports.
+"""The compose cluster as a client on the host sees it: three published HTTPS ports.
 
-The nodes advertise ``http://nodeN:8001``, which only resolves inside the
+The nodes advertise ``https://nodeN:8001``, which only resolves inside the
 compose network, so the Python client's member discovery cannot be used from
 the host; this helper talks to the published ports with plain urllib
-(tests/support/cluster.http) and keeps a ledger of every acknowledged write.
+(tests/support/cluster.http), verifying them with the CA the compose ``secret``
+service generated and authenticating as root with its generated password (both
+read from the ``secret`` volume), and keeps a ledger of every acknowledged write.
 
 ``write`` retries a PUT of one key and one value on every node until one
 answers 200 (a write whose outcome was unknown is sent again with the same
@@ -13,34 +15,61 @@ ledger is checked afterwards: "nothing acknowledged is lost".
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import time
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.cluster import http
+from tests.support.cluster import Response, http
 
 NODE_IDS = {"n1": "node1", "n2": "node2", "n3": "node3"}
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 @dataclass
 class PublishedCluster:
     ports: dict[str, int]  # service -> published host port
+    context: ssl.SSLContext  # trusts the generated CA
+    headers: dict[str, str]  # root's Basic credentials
     acknowledged: dict[str, str] = field(default_factory=dict)
 
-    def url(self, service: str) -> str:
-        return f"http://127.0.0.1:{self.ports[service]}"
+    def url(self, service: str, scheme: str = "https") -> str:
+        return f"{scheme}://127.0.0.1:{self.ports[service]}"
 
     def _request(
         self, method: str, service: str, path: str, body: bytes | None = None, timeout: float = 10
     ) -> tuple[int, bytes] | None:
         try:
-            response = http(method, self.url(service) + path, body=body, timeout=timeout)
+            response = self.get_response(method, service, path, body, timeout)
         except OSError:
             return None
         return response.status, response.body
+
+    def get_response(
+        self,
+        method: str,
+        service: str,
+        path: str,
+        body: bytes | None = None,
+        timeout: float = 10,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        """One request as root over HTTPS (``headers`` replace root's credentials)."""
+        return http(
+            method,
+            self.url(service) + path,
+            body=body,
+            headers=self.headers if headers is None else headers,
+            timeout=timeout,
+            context=self.context,
+        )
 
     def status(self, service: str) -> dict[str, Any] | None:
         answer = self._request("GET", service, "/v1/status", timeout=5)

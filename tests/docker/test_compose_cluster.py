@@ -11,14 +11,17 @@ Then the compose ``audit`` service must find the three replicas identical.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.docker.compose import NODE_SERVICES
-from tests.docker.conftest import TEST_SUBNET, ComposeCluster
+from tests.docker.conftest import TEST_SUBNET, ComposeCluster, read_secret
 from tests.docker.images import NODE_IMAGE
-from tests.support.cluster import http
+from tests.support.cluster import REPO, http
 
 # Set-up (base image, wheelhouse, image build) counts against the first test.
 pytestmark = pytest.mark.timeout(900)
@@ -60,13 +63,53 @@ def test_every_published_port_writes_and_reads(compose_cluster: ComposeCluster) 
     _wait_healthy(compose_cluster)
 
 
+def test_tls_and_auth_are_on_with_the_generated_credentials(
+    compose_cluster: ComposeCluster, tmp_path: Path
+) -> None:
+    kv = compose_cluster.kv
+    for service in NODE_SERVICES:
+        status = kv.get_response("GET", service, "/v1/status").json()
+        assert status["security"]["tls"] and status["security"]["auth_enabled"], status
+        assert status["security"]["warning"] is None
+        anonymous = kv.get_response("GET", service, "/v1/kv/hello%2Fnode1", headers={})
+        assert anonymous.status == 401 and anonymous.json()["code"] == "unauthenticated"
+        # Plain HTTP to the TLS port: no answer, the handshake fails and it is closed.
+        with pytest.raises(OSError):
+            http("GET", kv.url(service, scheme="http") + "/readyz", timeout=5)
+    # The rkv CLI from the host, as README shows: the CA and root's password from the volume.
+    compose = compose_cluster.compose
+    ca, password = tmp_path / "ca.crt", tmp_path / "root.password"
+    for name, path in (("ca.crt", ca), ("root.password", password)):
+        path.write_text(read_secret(compose_cluster.engine, compose, name))
+    password.chmod(0o600)
+    cli = [sys.executable, "-m", "node.cli"]
+    # Reads and status: the CLI's writes (and linearizable reads) go to the leader's
+    # advertised https://nodeN:8001, a name only the compose network resolves.
+    flags = ["--url", kv.url("node2"), "--cacert", str(ca), "--user", "root"]
+    flags += ["--password-file", str(password)]
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+
+    def rkv(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, *args], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+
+    got = rkv("get", "hello/node1", "--consistency", "stale", *flags)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == kv.acknowledged["hello/node1"]
+    status = rkv("status", "--json", *flags)
+    assert status.returncode == 0 and json.loads(status.stdout)["security"]["tls"], status.stderr
+    refused = rkv("get", "hello/node1", "--consistency", "stale", *flags[:4])  # no --user
+    assert refused.returncode != 0 and "unauthenticated" in refused.stderr, refused.stderr
+
+
 def test_redis_writes_reach_rkv_through_the_replicator(compose_cluster: ComposeCluster) -> None:
     compose_cluster.compose.run("exec", "-T", "redis", "redis-cli", "SET", "greeting", "hello")
     kv = compose_cluster.kv
     deadline = time.monotonic() + 120
     found: list[dict[str, object]] = []
     while time.monotonic() < deadline and not found:
-        response = http("GET", kv.url("node1") + "/v1/kv?prefix=redis/&encoding=utf-8")
+        response = kv.get_response("GET", "node1", "/v1/kv?prefix=redis/&encoding=utf-8")
         if response.status == 200:
             found = [
                 item

@@ -81,6 +81,43 @@ def test_enabling_needs_root_with_the_root_role(node: Node) -> None:
     assert node.one(revoke).ok
 
 
+def bootstrap(password_hash: str = "h-boot") -> AuthChange:
+    return AuthChange(AuthOp.BOOTSTRAP_ROOT, "root", password_hash=password_hash)
+
+
+def test_the_bootstrap_adds_root_and_enables_auth_once_on_a_cluster_that_never_had_auth(
+    node: Node,
+) -> None:
+    assert revision(node) == 0
+    first = node.one(bootstrap("h-first"))
+    assert first.ok and first.value == b"1"
+    assert enabled(node) and roles_of(node, "root") == ("root",)
+    # A second bootstrap (another node, a restart) changes nothing, not even the password.
+    again = node.one(bootstrap("h-second"))
+    assert again.code is ResultCode.AUTH_ALREADY_SET_UP and revision(node) == 1
+    root = node.value(user_key("root"))
+    assert root is not None and decode_user(root).password_hash == "h-first"
+    # Disabled by an operator later: a bootstrap never enables it again.
+    assert node.one(AuthChange(AuthOp.DISABLE)).ok and not enabled(node)
+    assert node.one(bootstrap()).code is ResultCode.AUTH_ALREADY_SET_UP
+    assert not enabled(node) and revision(node) == 2
+
+
+def test_the_bootstrap_does_nothing_once_any_auth_change_was_applied(node: Node) -> None:
+    assert node.one(add_role("r")).ok  # set up by hand, auth still disabled
+    assert node.one(bootstrap()).code is ResultCode.AUTH_ALREADY_SET_UP
+    assert not enabled(node) and node.value(user_key("root")) is None and revision(node) == 1
+
+
+def test_the_bootstrap_makes_only_root() -> None:
+    with pytest.raises(ValueError, match="bootstrap makes the user root"):
+        encode_entry(Batch((AuthChange(AuthOp.BOOTSTRAP_ROOT, "alice", password_hash="h"),)))
+    with pytest.raises(ValueError, match="password hash"):
+        encode_entry(Batch((AuthChange(AuthOp.BOOTSTRAP_ROOT, "root"),)))
+    change = bootstrap()
+    assert decode_entry(encode_entry(Batch((change,), 3))).commands == (change,)
+
+
 def test_the_root_role_is_built_in(node: Node) -> None:
     for change in (
         add_role("root"),

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import pytest
 
-from node.cli.wiring import is_loopback
+from node.cli.secure_start import is_loopback
 from node.errors import Forbidden
 from node.service.kv import ConsensusLog, KvService
 
@@ -27,7 +27,7 @@ def service(consensus: Consensus, member_url_changes: bool) -> KvService:
         1024,
         compactor=cast(Any, None),
         log=cast(Any, None),
-        member_url_changes=member_url_changes,
+        member_url_changes=lambda: member_url_changes,
     )
 
 

@@ -53,6 +53,7 @@ def test_environment_variables_fill_in_and_flags_win() -> None:
         "RKV_ID": "from-env",
         "RKV_DATA_DIR": "/data",
         "RKV_LISTEN": "0.0.0.0:9999",
+        "RKV_INSECURE_NO_AUTH": "1",
         "RKV_RAFT_LISTEN": "10.0.0.1:7000",
         "RKV_PEERS": "b,10.0.0.2:7000,http://b:8001;c,10.0.0.3:7000,http://c:8001",
         "RKV_MAX_VALUE_BYTES": "2048",

@@ -620,7 +620,8 @@ class NamespacedCluster(LocalCluster):
         args = super()._args(node)
         listen = args.index("--listen")
         args[listen + 1] = f"{node.url.removeprefix('http://')}"
-        return args
+        # A private test network: plain HTTP without auth beyond loopback, on purpose.
+        return [*args, "--insecure-no-auth"]
 
     def start_node(self, i: int) -> None:
         node = self._ns_nodes[i]

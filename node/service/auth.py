@@ -90,6 +90,10 @@ from node.state.results import CommandResult, ResultCode
 from node.storage.lmdb_store import LmdbStore
 
 MAX_CACHED_LOGINS = 10_000
+REFUSED_LOGIN_DELAY_SECONDS = 1.0
+"""A login refused for too many failures is answered after this long (a tarpit): a
+guesser on a keep-alive connection gets one 429 a second instead of as many as the
+node can send, and the wait costs the node nothing but the held connection."""
 """Verified Basic credentials remembered per node (a few hundred bytes each)."""
 _MAX_CACHED_PRINCIPALS = 10_000
 _LIST_PAGE = 1000
@@ -309,7 +313,11 @@ class AuthService:
             if principal is not None:
                 self._logins.move_to_end(key)
                 return principal
-        self._failed.check(user, address)
+        try:
+            self._failed.check(user, address)
+        except LimitReached:
+            await asyncio.sleep(REFUSED_LOGIN_DELAY_SECONDS)
+            raise
         record = self._user(user)
         checked = record is not None and await self._verify(password, record.password_hash)
         principal = self._principal(user) if checked else None

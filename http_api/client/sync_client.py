@@ -12,7 +12,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -20,13 +20,22 @@ from urllib.parse import urlsplit
 
 from http_api.client.auth_methods import _SyncAuthMethods
 from http_api.client.credentials import Credentials
+from http_api.client.lease_methods import _SyncLeaseMethods
+from http_api.client.lease_model import FencingLike, HasLeaseId, Lease
+from http_api.client.lease_plans import _LeasePlans
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
+from http_api.client.observing import MAX_LINE
 from http_api.client.operations import _BaseClient, _Write
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
-from http_api.client.rules import IDLE_RECONNECT
+from http_api.client.rules import IDLE_RECONNECT, RetryPolicy
 from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
 
 T = TypeVar("T")
+
+KEEPALIVE_RETRY = RetryPolicy(
+    max_attempts=4, initial_backoff=0.05, max_backoff=0.25, max_elapsed=1.0
+)
+"""A keeper's retries within one keepalive (it tries again itself until the TTL)."""
 
 
 @dataclass
@@ -48,6 +57,22 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
+def _no_lines() -> Generator[bytes, None, None]:
+    yield from ()
+
+
+def _lines(
+    conn: http.client.HTTPConnection, response: http.client.HTTPResponse
+) -> Generator[bytes, None, None]:
+    try:
+        while line := response.readline(MAX_LINE):
+            yield line
+    except http.client.HTTPException as exc:
+        raise OSError(f"the stream broke: {exc!r}") from exc
+    finally:
+        conn.close()
+
+
 class _SyncTransport:
     """One persistent keep-alive connection per node (http.client)."""
 
@@ -55,6 +80,20 @@ class _SyncTransport:
         self._pool: dict[str, _Pooled] = {}
         self._ssl = credentials.ssl_context()  # read once: the files are not read per call
         self._auth = credentials.headers()
+
+    def _connect(self, base: str, timeout: float) -> _Pooled:
+        """A new connection to ``base`` (raises before anything is sent)."""
+        parts = urlsplit(base)
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=timeout, context=self._ssl
+            )
+        else:
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _Pooled(conn, parts.path)
 
     def _connection(self, base: str, timeout: float) -> _Pooled:
         pooled = self._pool.get(base)
@@ -64,19 +103,35 @@ class _SyncTransport:
             self._drop(base)
             pooled = None
         if pooled is None:
-            parts = urlsplit(base)
-            conn: http.client.HTTPConnection
-            if parts.scheme == "https":
-                conn = http.client.HTTPSConnection(
-                    parts.hostname or "", parts.port, timeout=timeout, context=self._ssl
-                )
-            else:
-                conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-            conn.connect()  # raises before anything is sent
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            pooled = _Pooled(conn, parts.path)
+            pooled = self._connect(base, timeout)
             self._pool[base] = pooled
         return pooled
+
+    def stream(self, action: _Send) -> tuple[_Reply | _Failure, Generator[bytes, None, None]]:
+        """A GET whose answer is read line by line (NDJSON), on a connection of its own:
+        the answer (a 200 with an empty body, or the whole refusal) and the lines (a
+        read failure raises OSError from them; closing them closes the connection)."""
+        try:
+            pooled = self._connect(action.base, action.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            return _Failure(exc, sent=False), _no_lines()
+        conn = pooled.conn
+        try:
+            conn.request(
+                action.method,
+                pooled.prefix + action.target,
+                headers={**action.headers, **self._auth},
+            )
+            response = conn.getresponse()
+            headers = {name.lower(): value for name, value in response.getheaders()}
+            if response.status != 200:
+                body = response.read(MAX_LINE)
+                conn.close()
+                return _Reply(response.status, headers, body), _no_lines()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            return _Failure(exc, sent=True), _no_lines()
+        return _Reply(200, headers, b""), _lines(conn, response)
 
     def _drop(self, base: str) -> None:
         pooled = self._pool.pop(base, None)
@@ -116,14 +171,35 @@ class _SyncTransport:
             self._drop(base)
 
 
-class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
+class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]):
     """A blocking rkv client. ``urls``: one node URL, several, or a comma-separated string;
     ``credentials``: the CA to trust, a client certificate, a user or a token
     (:class:`http_api.client.Credentials`). Users and roles: the methods of
-    :mod:`http_api.client.auth_methods`."""
+    :mod:`http_api.client.auth_methods`; leases, locks and elections: those of
+    :mod:`http_api.client.lease_methods`."""
 
     def _new_transport(self, credentials: Credentials) -> _SyncTransport:
         return _SyncTransport(credentials)
+
+    def _stream(self, action: _Send) -> tuple[_Reply | _Failure, Generator[bytes, None, None]]:
+        return self._transport.stream(action)
+
+    def _keepalive_sender(self) -> tuple[Callable[[int, float], Lease], Callable[[], None]]:
+        # A client of its own for the keeper thread: this one is not shared between
+        # threads. Its retries are short; the keeper retries until the lease's TTL.
+        sender = RkvClient(
+            self._core.nodes,
+            timeout=self._core.timeout,
+            retry=KEEPALIVE_RETRY,
+            credentials=self.credentials,
+        )
+        sender._core.leader = self._core.leader
+        plans = _LeasePlans(sender._core)
+
+        def renew(lease_id: int, timeout: float) -> Lease:
+            return sender._run(plans.keepalive(lease_id, timeout))
+
+        return renew, sender.close
 
     def _run(self, plan: _Plan[T]) -> T:
         outcome: _Outcome = None
@@ -154,23 +230,40 @@ class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
         *,
         if_version: int | None = None,
         create_only: bool = False,
+        lease: int | HasLeaseId | None = None,
+        ttl: int | None = None,
+        fencing: FencingLike | None = None,
     ) -> int:
-        """Set the key; returns its new version. ``if_version``: compare-and-set."""
-        return self._run(self._core.put(key, value, if_version, create_only))
+        """Set the key; returns its new version. ``if_version``: compare-and-set.
+        ``lease`` (an id or a lease): attach the key to it; ``ttl``: grant a lease of
+        that many seconds for this key alone (nothing keeps it alive). ``fencing``: a
+        held lock (or a (name, token) pair): refused with Fenced unless it still holds."""
+        request = self._core.put_request(
+            key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+        )
+        return self._run(self._core.write(request))
 
-    def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+    def delete(
+        self,
+        key: BytesLike,
+        *,
+        if_version: int | None = None,
+        fencing: FencingLike | None = None,
+    ) -> int:
         """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
-        return self._run(self._core.delete(key, if_version))
+        return self._run(self._core.write(self._core.delete_request(key, if_version, fencing)))
 
-    def incr(self, key: BytesLike, by: int = 1) -> int:
+    def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
         """Add ``by`` (signed 64-bit) to the decimal integer at ``key`` (absent: 0);
         returns the new value. Raises NotAnIntegerError, IntegerOverflowError."""
-        return self._run(self._core.incr(key, by))
+        return self._run(self._core.write(self._core.incr_request(key, by, fencing)))
 
-    def append(self, key: BytesLike, value: BytesLike) -> int:
+    def append(
+        self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
+    ) -> int:
         """Append ``value`` to the key's value (absent: create it); returns the new size.
         Raises PayloadTooLargeError past the value size limit."""
-        return self._run(self._core.append(key, value))
+        return self._run(self._core.write(self._core.append_request(key, value, fencing)))
 
     def producer(
         self,
@@ -244,13 +337,22 @@ class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
         compare: Sequence[Compare] = (),
         success: Sequence[Op] = (),
         failure: Sequence[Op] = (),
+        *,
+        fencing: FencingLike | None = None,
     ) -> TxnResult:
         """Atomically: if every compare holds run ``success``, else ``failure``."""
-        return self._run(self._core.txn(compare, success, failure))
+        request = self._core.txn_request(compare, success, failure, fencing)
+        return self._run(self._core.write(request))
 
-    def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+    def txn_raw(
+        self,
+        body: Mapping[str, Any],
+        *,
+        encoding: str = "base64",
+        fencing: FencingLike | None = None,
+    ) -> dict[str, Any]:
         """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
-        return self._run(self._core.txn_raw(body, encoding))
+        return self._run(self._core.write(self._core.txn_raw_request(body, encoding, fencing)))
 
     def status(self, url: str | None = None, *, timeout: float | None = None) -> dict[str, Any]:
         """GET /v1/status of ``url``, or of the first node that answers."""
@@ -297,34 +399,56 @@ class Producer(_ProducerView):
         *,
         if_version: int | None = None,
         create_only: bool = False,
+        lease: int | HasLeaseId | None = None,
+        fencing: FencingLike | None = None,
     ) -> int:
         """Set the key; returns its new version."""
-        return self._write(self._client._core.put_request(key, value, if_version, create_only))
+        return self._write(
+            self._client._core.put_request(
+                key, value, if_version, create_only, lease=lease, fencing=fencing
+            )
+        )
 
-    def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+    def delete(
+        self,
+        key: BytesLike,
+        *,
+        if_version: int | None = None,
+        fencing: FencingLike | None = None,
+    ) -> int:
         """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
-        return self._write(self._client._core.delete_request(key, if_version))
+        return self._write(self._client._core.delete_request(key, if_version, fencing))
 
-    def incr(self, key: BytesLike, by: int = 1) -> int:
+    def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
         """Add ``by`` to the integer at ``key``; returns the new value."""
-        return self._write(self._client._core.incr_request(key, by))
+        return self._write(self._client._core.incr_request(key, by, fencing))
 
-    def append(self, key: BytesLike, value: BytesLike) -> int:
+    def append(
+        self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
+    ) -> int:
         """Append ``value`` to the key's value; returns the new size."""
-        return self._write(self._client._core.append_request(key, value))
+        return self._write(self._client._core.append_request(key, value, fencing))
 
     def txn(
         self,
         compare: Sequence[Compare] = (),
         success: Sequence[Op] = (),
         failure: Sequence[Op] = (),
+        *,
+        fencing: FencingLike | None = None,
     ) -> TxnResult:
         """Atomically: if every compare holds run ``success``, else ``failure``."""
-        return self._write(self._client._core.txn_request(compare, success, failure))
+        return self._write(self._client._core.txn_request(compare, success, failure, fencing))
 
-    def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+    def txn_raw(
+        self,
+        body: Mapping[str, Any],
+        *,
+        encoding: str = "base64",
+        fencing: FencingLike | None = None,
+    ) -> dict[str, Any]:
         """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
-        return self._write(self._client._core.txn_raw_request(body, encoding))
+        return self._write(self._client._core.txn_raw_request(body, encoding, fencing))
 
     def reinit(self) -> None:
         """Register again: with a transactional id the same producer id and the next

@@ -179,10 +179,11 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         ttl: int | None = None,
         fencing: FencingLike | None = None,
     ) -> int:
-        request = self._core.put_request(
-            key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+        return await self._run(
+            self._core.put(
+                key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+            )
         )
-        return await self._run(self._core.write(request))
 
     async def delete(
         self,
@@ -191,17 +192,15 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         if_version: int | None = None,
         fencing: FencingLike | None = None,
     ) -> int:
-        return await self._run(
-            self._core.write(self._core.delete_request(key, if_version, fencing))
-        )
+        return await self._run(self._core.delete(key, if_version, fencing))
 
     async def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
-        return await self._run(self._core.write(self._core.incr_request(key, by, fencing)))
+        return await self._run(self._core.incr(key, by, fencing))
 
     async def append(
         self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
     ) -> int:
-        return await self._run(self._core.write(self._core.append_request(key, value, fencing)))
+        return await self._run(self._core.append(key, value, fencing))
 
     async def producer(
         self,
@@ -273,8 +272,7 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         *,
         fencing: FencingLike | None = None,
     ) -> TxnResult:
-        request = self._core.txn_request(compare, success, failure, fencing)
-        return await self._run(self._core.write(request))
+        return await self._run(self._core.txn(compare, success, failure, fencing))
 
     async def txn_raw(
         self,
@@ -283,8 +281,7 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         encoding: str = "base64",
         fencing: FencingLike | None = None,
     ) -> dict[str, Any]:
-        request = self._core.txn_raw_request(body, encoding, fencing)
-        return await self._run(self._core.write(request))
+        return await self._run(self._core.txn_raw(body, encoding, fencing))
 
     async def status(
         self, url: str | None = None, *, timeout: float | None = None

@@ -173,6 +173,51 @@ class _Core(_Router):
         headers = {"Content-Type": "application/json", **fencing_headers(fencing)}
         return _Write("POST", "/v1/txn", payload, headers, _txn_of)
 
+    # -- plain writes ------------------------------------------------------------------
+
+    def put(
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        if_version: int | None,
+        create_only: bool,
+        *,
+        lease: int | HasLeaseId | None = None,
+        ttl: int | None = None,
+        fencing: FencingLike | None = None,
+    ) -> _Plan[int]:
+        request = self.put_request(
+            key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+        )
+        return self.write(request)
+
+    def delete(
+        self, key: BytesLike, if_version: int | None, fencing: FencingLike | None = None
+    ) -> _Plan[int]:
+        return self.write(self.delete_request(key, if_version, fencing))
+
+    def incr(self, key: BytesLike, by: int, fencing: FencingLike | None = None) -> _Plan[int]:
+        return self.write(self.incr_request(key, by, fencing))
+
+    def append(
+        self, key: BytesLike, value: BytesLike, fencing: FencingLike | None = None
+    ) -> _Plan[int]:
+        return self.write(self.append_request(key, value, fencing))
+
+    def txn_raw(
+        self, body: Mapping[str, Any], encoding: str, fencing: FencingLike | None = None
+    ) -> _Plan[dict[str, Any]]:
+        return self.write(self.txn_raw_request(body, encoding, fencing))
+
+    def txn(
+        self,
+        compare: Sequence[Compare],
+        success: Sequence[Op],
+        failure: Sequence[Op],
+        fencing: FencingLike | None = None,
+    ) -> _Plan[TxnResult]:
+        return self.write(self.txn_request(compare, success, failure, fencing))
+
     # -- reads -------------------------------------------------------------------------
 
     def scan_page(

@@ -238,10 +238,11 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
         ``lease`` (an id or a lease): attach the key to it; ``ttl``: grant a lease of
         that many seconds for this key alone (nothing keeps it alive). ``fencing``: a
         held lock (or a (name, token) pair): refused with Fenced unless it still holds."""
-        request = self._core.put_request(
-            key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+        return self._run(
+            self._core.put(
+                key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+            )
         )
-        return self._run(self._core.write(request))
 
     def delete(
         self,
@@ -251,19 +252,19 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
         fencing: FencingLike | None = None,
     ) -> int:
         """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
-        return self._run(self._core.write(self._core.delete_request(key, if_version, fencing)))
+        return self._run(self._core.delete(key, if_version, fencing))
 
     def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
         """Add ``by`` (signed 64-bit) to the decimal integer at ``key`` (absent: 0);
         returns the new value. Raises NotAnIntegerError, IntegerOverflowError."""
-        return self._run(self._core.write(self._core.incr_request(key, by, fencing)))
+        return self._run(self._core.incr(key, by, fencing))
 
     def append(
         self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
     ) -> int:
         """Append ``value`` to the key's value (absent: create it); returns the new size.
         Raises PayloadTooLargeError past the value size limit."""
-        return self._run(self._core.write(self._core.append_request(key, value, fencing)))
+        return self._run(self._core.append(key, value, fencing))
 
     def producer(
         self,
@@ -341,8 +342,7 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
         fencing: FencingLike | None = None,
     ) -> TxnResult:
         """Atomically: if every compare holds run ``success``, else ``failure``."""
-        request = self._core.txn_request(compare, success, failure, fencing)
-        return self._run(self._core.write(request))
+        return self._run(self._core.txn(compare, success, failure, fencing))
 
     def txn_raw(
         self,
@@ -352,7 +352,7 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
         fencing: FencingLike | None = None,
     ) -> dict[str, Any]:
         """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
-        return self._run(self._core.write(self._core.txn_raw_request(body, encoding, fencing)))
+        return self._run(self._core.txn_raw(body, encoding, fencing))
 
     def status(self, url: str | None = None, *, timeout: float | None = None) -> dict[str, Any]:
         """GET /v1/status of ``url``, or of the first node that answers."""

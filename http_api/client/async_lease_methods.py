@@ -93,19 +93,26 @@ class _AsyncLeaseMethods:
 
         async def start() -> AsyncKeptLease:
             sent_at = time.monotonic()
-            granted = await self.grant_lease(ttl)
-            plans = self._leases
-
-            async def renew(lease_id: int, timeout: float) -> Lease:
-                return await self._run(plans.keepalive(lease_id, timeout))
-
-            keeper = AsyncLeaseKeeper(
-                KeepaliveSchedule(granted.id, granted.ttl, sent_at), renew, self._core.timeout
-            )
-            keeper.start()
-            return AsyncKeptLease(granted.id, keeper, self.revoke)
+            return self._keep(await self.grant_lease(ttl), sent_at)
 
         return AsyncLeaseStart(start)
+
+    async def adopt_lease(self, lease: AsyncLeaseRef) -> AsyncKeptLease:
+        """Keep alive a lease granted before: renews it once now, then in a task."""
+        sent_at = time.monotonic()
+        return self._keep(await self.keepalive(lease), sent_at)
+
+    def _keep(self, granted: Lease, sent_at: float) -> AsyncKeptLease:
+        plans = self._leases
+
+        async def renew(lease_id: int, timeout: float) -> Lease:
+            return await self._run(plans.keepalive(lease_id, timeout))
+
+        keeper = AsyncLeaseKeeper(
+            KeepaliveSchedule(granted.id, granted.ttl, sent_at), renew, self._core.timeout
+        )
+        keeper.start()
+        return AsyncKeptLease(granted.id, keeper, self.revoke)
 
     async def lock_acquire(
         self,

@@ -58,6 +58,11 @@ class AsyncKeptLease:
     def ended(self) -> bool:
         return self._ended
 
+    async def stop(self) -> None:
+        """Stop the keepalives and leave the lease alone: it expires after its TTL."""
+        await self._keeper.stop()
+        self._ended = True
+
     async def revoke(self) -> int:
         """Stop the keepalives and revoke the lease now; how many keys were deleted."""
         await self._keeper.stop()

@@ -2,7 +2,8 @@
 (and, as coroutines, of :class:`http_api.client.AsyncRkvClient`: the asyncio
 mixin is :mod:`http_api.client.async_lease_methods`).
 
-Low-level calls, one request each (the lock waits excepted): ``grant_lease``,
+``adopt_lease(id)`` keeps alive a lease granted elsewhere. Low-level calls, one
+request each (the lock waits excepted): ``grant_lease``,
 ``keepalive``, ``keepalive_many``, ``revoke``, ``lease_info``, ``leases``;
 ``lock_acquire``, ``unlock``, ``lock_info``; ``campaign``, ``proclaim``,
 ``resign``, ``leader``, ``observe``. A lease is given as its id or as any
@@ -123,7 +124,16 @@ class _SyncLeaseMethods:
         """Grant a lease of ``ttl`` seconds and keep it alive on a background thread
         until it is revoked (or its ``with`` block ends)."""
         sent_at = time.monotonic()
-        granted = self.grant_lease(ttl)
+        return self._keep(self.grant_lease(ttl), sent_at)
+
+    def adopt_lease(self, lease: LeaseRef) -> KeptLease:
+        """Keep alive a lease granted before (by this process or another): renews it
+        once now (LeaseNotFoundError when it has ended), then on a background thread
+        as :meth:`lease` does."""
+        sent_at = time.monotonic()
+        return self._keep(self.keepalive(lease), sent_at)
+
+    def _keep(self, granted: Lease, sent_at: float) -> KeptLease:
         renew, close = self._keepalive_sender()
         keeper = LeaseKeeper(
             KeepaliveSchedule(granted.id, granted.ttl, sent_at), renew, self._core.timeout, close

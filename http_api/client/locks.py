@@ -80,6 +80,11 @@ class KeptLease:
         """Revoked (or released on leaving its block)."""
         return self._ended
 
+    def stop(self) -> None:
+        """Stop the keepalives and leave the lease alone: it expires after its TTL."""
+        self._keeper.stop()
+        self._ended = True
+
     def revoke(self) -> int:
         """Stop the keepalives and revoke the lease now: its keys are deleted, its locks
         released. Returns how many keys were deleted."""

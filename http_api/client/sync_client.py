@@ -159,6 +159,11 @@ class _SyncTransport:
         except (OSError, http.client.HTTPException) as exc:
             self._drop(action.base)
             return _Failure(exc, sent=True)
+        except BaseException:
+            # Interrupted half-way (a signal handler's exception): the connection is in
+            # the middle of an exchange and cannot carry the next request.
+            self._drop(action.base)
+            raise
         headers = {name.lower(): value for name, value in response.getheaders()}
         if response.will_close:
             self._drop(action.base)

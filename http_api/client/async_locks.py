@@ -26,7 +26,7 @@ from http_api.client.errors import (
 from http_api.client.lease_keeper import AsyncLeaseKeeper
 from http_api.client.lease_model import Fencing, LockHolder, check_lock_name, check_ttl
 from http_api.client.lease_plans import DEFAULT_WAIT_CHUNK
-from http_api.client.locks import lock_lost, report_lost
+from http_api.client.locks import lock_lost, may_exist, report_lost
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ class AsyncKeptLease:
         """Stop the keepalives and revoke the lease if it may still exist (a failure is
         logged: the lease then ends by itself within its TTL)."""
         await self._keeper.stop()
-        if self._ended:
+        if self._ended or not may_exist(self.reason):
+            self._ended = True
             return
         self._ended = True
         try:

@@ -20,6 +20,7 @@ queue and joins it again at the back.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,7 +49,7 @@ _JSON = {"Content-Type": "application/json"}
 DEFAULT_WAIT_CHUNK = 300.0
 """Seconds one lock or campaign request waits at most: the server's default
 ``--max-lock-wait``. A server with a lower limit refuses a longer wait (400); the
-client then waits in chunks of the limit the refusal names, or halves the chunk."""
+client then waits in chunks of the limit the refusal names (or of half as long)."""
 MIN_WAIT_CHUNK = 1.0
 MAX_KEEPALIVE_IDS = 10_000
 """The most lease ids one batch keepalive carries (the server's limit)."""
@@ -71,14 +72,21 @@ def _wait_arg(timeout: float) -> float:
     return float(timeout)
 
 
+_LIMIT_SAID = re.compile(r"\bto ([0-9]+(?:\.[0-9]+)?) seconds")
+
+
 def _smaller_chunk(error: InvalidRequestError, chunk: float) -> float | None:
-    """After a 400 to a wait of ``chunk`` seconds: the longest wait the server takes,
-    if the refusal is about the wait and a shorter one is worth trying."""
-    if "timeout" not in error.message.lower() and "wait" not in error.message.lower():
+    """After a 400 to a wait of ``chunk`` seconds: a shorter wait the server may take
+    (the limit its message names, "timeout is 0 to 60 seconds", else half), or None
+    when the refusal is not about the wait."""
+    message = error.message.lower()
+    if "timeout" not in message and "wait" not in message:
         return None
-    if chunk <= MIN_WAIT_CHUNK:
+    said = _LIMIT_SAID.search(message)
+    shorter = float(said.group(1)) if said else chunk / 2
+    if not MIN_WAIT_CHUNK <= shorter < chunk:
         return None
-    return max(MIN_WAIT_CHUNK, chunk / 2)
+    return shorter
 
 
 class _LeasePlans:
@@ -206,7 +214,7 @@ class _LeasePlans:
                     raise
             except InvalidRequestError as refused:
                 smaller = _smaller_chunk(refused, wait)
-                if smaller is None or smaller >= chunk:
+                if smaller is None:
                     raise
                 chunk = smaller
 

@@ -38,6 +38,12 @@ def report_lost(exc: BaseException | None) -> bool:
     return exc is None or isinstance(exc, Exception)
 
 
+def may_exist(reason: LeaseLost | None) -> bool:
+    """Whether a lease lost for ``reason`` may still exist on the cluster (worth
+    revoking): yes unless the cluster said it has ended or is not ours."""
+    return reason is None or reason.code == "keepalive_failed"
+
+
 def lock_lost(holder: LockHolder, reason: LeaseLost, what: str = "lock") -> LockLost:
     return LockLost(
         f"{what} {holder.name} (token {holder.token}) lost: {reason.message}",
@@ -96,7 +102,8 @@ class KeptLease:
         """Stop the keepalives and revoke the lease if it may still exist; a failure is
         logged (the lease then ends by itself within its TTL)."""
         self._keeper.stop()
-        if self._ended:
+        if self._ended or not may_exist(self.reason):
+            self._ended = True
             return
         self._ended = True
         try:

@@ -72,12 +72,12 @@ def _wait_arg(timeout: float) -> float:
     return float(timeout)
 
 
-_LIMIT_SAID = re.compile(r"\bto ([0-9]+(?:\.[0-9]+)?) seconds")
+_LIMIT_SAID = re.compile(r"\b0 to ([0-9]+(?:\.[0-9]+)?)\b")
 
 
 def _smaller_chunk(error: InvalidRequestError, chunk: float) -> float | None:
     """After a 400 to a wait of ``chunk`` seconds: a shorter wait the server may take
-    (the limit its message names, "timeout is 0 to 60 seconds", else half), or None
+    (the limit its message names, "... seconds, 0 to 60 (--max-lock-wait)", else half), or None
     when the refusal is not about the wait."""
     message = error.message.lower()
     if "timeout" not in message and "wait" not in message:

@@ -134,10 +134,9 @@ class LeaseKeeper:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop renewing (waits for an attempt under way to end)."""
+        """Stop renewing. An attempt under way is left to end on the thread (it does
+        not hold up a revocation); what it finds is ignored."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
 
     def _loop(self) -> None:
         schedule = self.schedule
@@ -159,6 +158,8 @@ class LeaseKeeper:
                     last = error
                     schedule.failed(time.monotonic())
                     continue
+                if self._stop.is_set():
+                    return
                 schedule.renewed(lease.ttl, now)
                 last = None
         except Exception as error:  # a bug must not end the keepalives in silence
@@ -174,6 +175,8 @@ class LeaseKeeper:
             self._close()
 
     def _lose(self, reason: LeaseLost) -> None:
+        if self._stop.is_set():
+            return  # stopped meanwhile (revoked, say): not a loss
         logger.warning("%s", reason)
         self.reason = reason
         self.lost.set()

@@ -22,7 +22,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Stopped(Exception):
-    """A signal asked the command to stop (SIGTERM, SIGHUP)."""
+    """A signal asked the command to stop (SIGTERM, SIGHUP); ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @contextmanager
@@ -30,7 +34,7 @@ def stop_on_signals() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        raise Stopped(signal.Signals(signum).name)
+        raise Stopped(signum)
 
     previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:

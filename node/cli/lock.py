@@ -37,7 +37,7 @@ from http_api.client import (
 )
 from node.cli.common import EXIT_USAGE, add_urls_argument, node_urls, positive_float, positive_int
 from node.cli.credential_flags import add_credentials_arguments, credentials_from
-from node.cli.holding import EXIT_LOST, STOP_SIGNALS
+from node.cli.holding import EXIT_LOST, STOP_SIGNALS, Stopped, stop_on_signals
 from node.cli.management import refusal
 
 EXIT_NOT_ACQUIRED = 2
@@ -181,7 +181,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         urls = node_urls(args.url)
         credentials = credentials_from(args)
-        with RkvClient(urls, timeout=args.request_timeout, credentials=credentials) as client:
+        with (
+            RkvClient(urls, timeout=args.request_timeout, credentials=credentials) as client,
+            stop_on_signals(),  # while waiting: stop, and revoke the lease on the way out
+        ):
             lock = client.lock(args.name, ttl=args.ttl, timeout=args.timeout)
             with lock as held:
                 status = _supervise(where, held, command, args.kill_after)
@@ -205,3 +208,6 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"{where}: interrupted", file=sys.stderr)
         return 130
+    except Stopped as stopped:
+        print(f"{where}: stopped ({stopped})", file=sys.stderr)
+        return 128 + stopped.signum

@@ -73,6 +73,15 @@ def test_a_kept_lease_outlives_its_ttl_and_ends_with_its_block(
         client.keepalive(lease)
 
 
+def test_a_batch_keepalive_answers_each_lease(client: RkvClient) -> None:
+    alive, ended = client.grant_lease(30), client.grant_lease(30)
+    client.revoke(ended)
+    renewals = client.keepalive_many([alive, ended.id])
+    assert [(r.lease_id, r.renewed) for r in renewals] == [(alive.id, True), (ended.id, False)]
+    assert renewals[0].ttl == 30 and renewals[1].code == "lease_expired"
+    client.revoke(alive)
+
+
 def test_a_lease_revoked_elsewhere_is_reported_lost(kv: LocalCluster, client: RkvClient) -> None:
     with pytest.raises(LeaseLost) as caught, client.lease(2) as lease:
         with _other(kv) as other:

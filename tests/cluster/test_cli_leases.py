@@ -138,10 +138,10 @@ def test_lock_runs_the_command_with_its_token(kv: LocalCluster, client: RkvClien
 
 def test_lock_held_elsewhere_times_out_with_exit_2(kv: LocalCluster, client: RkvClient) -> None:
     name = "cli/jobs/busy"
-    with client.lock(name, ttl=10):
+    with client.lock(name, ttl=10) as held:
         refused = rkv(kv, "lock", name, "--timeout", "1", "--", "true")
     assert refused.returncode == 2
-    assert "not had within 1s" in refused.stderr
+    assert f"not had within 1s (held with token {held.token})" in refused.stderr
     assert rkv(kv, "lock", "bad name", "--", "true").returncode == 2
     assert rkv(kv, "lock", name).returncode == 2  # no command
 

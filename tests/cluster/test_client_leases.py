@@ -175,8 +175,9 @@ def test_a_lock_held_elsewhere_times_out(kv: LocalCluster, client: RkvClient) ->
     name = "jobs/busy"
     with _other(kv) as other, other.lock(name, ttl=10) as held:
         before = {lease.id for lease in client.leases()}
-        with pytest.raises(LockHeldError), client.lock(name, timeout=1):
+        with pytest.raises(LockHeldError) as timed_out, client.lock(name, timeout=1):
             pass
+        assert timed_out.value.token == held.token
         info = client.lock_info(name)
         assert info.waiters == 0 and info.holder is not None
         assert info.holder.token == held.token

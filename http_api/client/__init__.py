@@ -56,7 +56,7 @@ rules, I/O-free), ``auth_model``, ``auth_plans`` and ``auth_methods`` (users
 and roles), ``lease_model``, ``lease_plans``, ``lease_keeper``, ``observing``,
 ``locks``, ``elections``, ``lease_methods`` (leases, locks and elections;
 ``async_locks`` and ``async_lease_methods`` their asyncio twins),
-``sync_client`` and ``async_client``.
+``sync_client`` (and ``sync_producer``) and ``async_client``.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ from http_api.client.rules import IDLE_RECONNECT as IDLE_RECONNECT
 from http_api.client.rules import MAX_REDIRECTS as MAX_REDIRECTS
 from http_api.client.rules import SAFE_WRITE_RETRY_CODES as SAFE_WRITE_RETRY_CODES
 from http_api.client.rules import RetryPolicy
-from http_api.client.sync_client import Producer, RkvClient
+from http_api.client.sync_client import RkvClient
+from http_api.client.sync_producer import Producer
 from http_api.client.wire import CONSISTENCY_LEVELS as CONSISTENCY_LEVELS
 from http_api.client.wire import DEFAULT_URL as DEFAULT_URL
 from http_api.client.wire import _Failure as _Failure

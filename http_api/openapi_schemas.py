@@ -268,6 +268,10 @@ def schemas() -> dict[str, Any]:
                 "message": {"type": "string"},
                 "current_version": _INTEGER,
                 "leader_url": {"type": "string"},
+                "token": {
+                    "type": ["integer", "null"],
+                    "description": "fenced: the lock holder's fencing token (null: none)",
+                },
             },
         ),
         "ScanPage": {

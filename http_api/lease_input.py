@@ -15,6 +15,7 @@ from http_api.bodies import json_integer
 from http_api.encoding import MAX_VERSION, parse_uint
 from node.errors import InvalidRequest
 from node.service.lease_types import Fence
+from node.service.leases import MAX_LISTED
 from node.state.leases import (
     MAX_KEEPALIVE_IDS,
     MAX_LOCK_NAME_CHARS,
@@ -27,7 +28,7 @@ LOCK_NAME_PATTERN = f"^[A-Za-z0-9._:/@-]{{1,{MAX_LOCK_NAME_CHARS}}}$"
 MAX_LEASE_ID = MAX_VERSION
 """A lease id is the offset of its grant record."""
 DEFAULT_PAGE = 100
-MAX_PAGE = 1000
+MAX_PAGE = MAX_LISTED
 """Leases in one page of GET /v1/leases."""
 DEFAULT_LOCK_WAIT = 10.0
 """How long a lock or campaign request waits without a ``timeout`` (capped by

@@ -15,9 +15,6 @@ from http_api.lease_input import (
 from http_api.openapi_common import BYTES, ENCODING, ERROR, json_content
 from node.state.leases import DEFAULT_MAX_LEASE_TTL, MAX_KEEPALIVE_IDS
 
-DEFAULT_MAX_LOCK_WAIT = 300
-"""--max-lock-wait's default."""
-
 LEASE_ID = {"type": "integer", "minimum": 1, "maximum": MAX_LEASE_ID}
 TTL = {
     "type": "integer",

@@ -7,12 +7,8 @@ from typing import Any
 from http_api.encoding import MAX_VERSION
 from http_api.lease_input import DEFAULT_LOCK_WAIT, LOCK_NAME_PATTERN
 from http_api.openapi_common import json_content
-from http_api.openapi_leases import (
-    DEFAULT_MAX_LOCK_WAIT,
-    LEASE_ID,
-    NO_LEASES,
-    error,
-)
+from http_api.openapi_leases import LEASE_ID, NO_LEASES, error
+from node.service.leases import DEFAULT_MAX_LOCK_WAIT
 from node.state.leases import MAX_LOCK_VALUE_BYTES
 
 _NAME = {
@@ -39,7 +35,7 @@ _TOKEN = {
 _TIMEOUT = {
     "type": "number",
     "minimum": 0,
-    "maximum": DEFAULT_MAX_LOCK_WAIT,
+    "maximum": int(DEFAULT_MAX_LOCK_WAIT),
     "default": DEFAULT_LOCK_WAIT,
     "description": "Seconds to wait for it (0: try once), at most --max-lock-wait (300 by "
     "default); above it 400",

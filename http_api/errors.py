@@ -2,7 +2,8 @@
 
 Every error body is JSON: ``{"code": stable machine code, "message": for people}``
 plus details some errors carry (``current_version`` on a failed precondition,
-``token`` on a fenced write: the lock holder's fencing token, or null).
+``token`` on a fenced write or a lock not got: the lock holder's fencing token, or
+null).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from node.errors import (
     InvalidRequest,
     KeyNotFound,
     LimitReached,
+    LockHeld,
     NodeNotReady,
     NotApplied,
     NotLeader,
@@ -85,7 +87,7 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
     headers: dict[str, str] = {}
     if isinstance(error, VersionConflict):
         body["current_version"] = error.current_version
-    if isinstance(error, Fenced):
+    if isinstance(error, Fenced | LockHeld):
         body["token"] = error.token
     if isinstance(error, NotLeader):
         if error.leader_url is None:

@@ -108,8 +108,8 @@ def _acquire(summary: str, description: str, held: dict[str, Any], **fields: Any
             "403": error("lease_not_owned: another user's lease"),
             "404": _NOT_FOUND,
             "409": error(
-                "lock_held: not held within timeout (the holder's token in the "
-                "message); the request left the queue"
+                "lock_held: not held within timeout; token: the holder's (null: nobody "
+                "holds it now). The request left the queue"
             ),
             "429": _WAITERS,
             "503": _UNAVAILABLE,

@@ -288,7 +288,8 @@ def schemas() -> dict[str, Any]:
                 "leader_url": {"type": "string"},
                 "token": {
                     "type": ["integer", "null"],
-                    "description": "fenced: the lock holder's fencing token (null: none)",
+                    "description": "fenced, lock_held: the lock holder's fencing token "
+                    "(null: nobody holds it)",
                 },
             },
         ),

@@ -36,8 +36,8 @@ from http_api.errors import json_response
 from http_api.kv_api import KvApi
 from http_api.lease_context import caller_of, leases_of
 from http_api.lease_json import acquired_json, leader_json, value_text
-from http_api.long_poll import GONE_CHECK_SECONDS, client_gone, while_client_waits
-from http_api.routes_locks import lease_param, lock_name_of
+from http_api.long_poll import GONE_CHECK_SECONDS, client_gone
+from http_api.routes_locks import acquire, lease_param, lock_name_of
 from http_api.stream_slots import STREAMS, StreamSlots
 from http_api.streaming import write_or_give_up
 from node.errors import InvalidRequest, KeyNotFound, RequestError
@@ -157,9 +157,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         lease_id = lease_input.lease_id(body["lease"])
         value = lease_input.election_value(body.get("value", ""))
         wait = lease_input.lock_wait(body, leases.max_lock_wait)
-        holder = await while_client_waits(
-            request, leases.lock(name, lease_id, wait, caller_of(request), value)
-        )
+        holder = await acquire(request, name, lease_id, wait, value)
         return json_response({**acquired_json(holder), "value": value_text(holder)})
 
     async def proclaim(request: web.Request) -> web.Response:

@@ -24,6 +24,8 @@ from http_api.errors import json_response
 from http_api.lease_context import caller_of, leases_of
 from http_api.lease_json import acquired_json, holder_json
 from http_api.long_poll import while_client_waits
+from node.errors import Conflict, LockHeld, RequestError
+from node.service.lease_types import LockHolder
 
 LOCK_PATH = "/v1/locks/{name:.+}"
 
@@ -37,6 +39,28 @@ def lease_param(request: web.Request) -> int:
     return lease_input.lease_id_text(text_param(raw_query(request), "lease"), "parameter lease")
 
 
+async def acquire(
+    request: web.Request, name: str, lease_id: int, wait: float, value: bytes = b""
+) -> LockHolder:
+    """Wait for the lock while the client does; a lock not got within ``wait`` is
+    LockHeld, with the holder's token."""
+    leases = leases_of(request)
+    try:
+        return await while_client_waits(
+            request, leases.lock(name, lease_id, wait, caller_of(request), value)
+        )
+    except LockHeld:
+        raise
+    except Conflict as refused:
+        if refused.code != "lock_held":
+            raise
+        try:
+            holder = (await leases.lock_info(name)).holder
+        except RequestError:
+            raise refused from None
+        raise LockHeld(refused.message, None if holder is None else holder.token) from None
+
+
 def add_routes(app: web.Application) -> None:
     async def lock(request: web.Request) -> web.Response:
         leases = leases_of(request)
@@ -45,9 +69,7 @@ def add_routes(app: web.Application) -> None:
         body = lease_input.json_object(await read_json(request), {"lease"}, {"timeout"}, shape)
         lease_id = lease_input.lease_id(body["lease"])
         wait = lease_input.lock_wait(body, leases.max_lock_wait)
-        holder = await while_client_waits(
-            request, leases.lock(name, lease_id, wait, caller_of(request))
-        )
+        holder = await acquire(request, name, lease_id, wait)
         return json_response(acquired_json(holder))
 
     async def unlock(request: web.Request) -> web.Response:

@@ -43,6 +43,11 @@ def renewal_error(renewal: Renewal) -> RequestError:
     return KeyNotFound(f"no lease {lease}", code=renewal.code or "lease_not_found")
 
 
+LEASE_PATH = "/v1/leases/{id:(?!keepalive/?$)[^/]+}"
+"""Any id but "keepalive" (/v1/leases/keepalive's own routes): another method on that
+path is a 405, not a bad lease id."""
+
+
 def _path_id(request: web.Request) -> int:
     return lease_input.lease_id_text(request.match_info["id"], "the lease id")
 
@@ -108,6 +113,6 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     # The static keepalive paths before /v1/leases/{id}, which would match them.
     app.router.add_route("POST", "/v1/leases/keepalive", keepalive_batch)
     routes_lease_stream.add_routes(app, service_key)  # GET /v1/leases/keepalive
-    app.router.add_route("GET", "/v1/leases/{id}", show)
-    app.router.add_route("DELETE", "/v1/leases/{id}", revoke)
-    app.router.add_route("POST", "/v1/leases/{id}/keepalive", keepalive)
+    app.router.add_route("GET", LEASE_PATH, show)
+    app.router.add_route("DELETE", LEASE_PATH, revoke)
+    app.router.add_route("POST", LEASE_PATH + "/keepalive", keepalive)

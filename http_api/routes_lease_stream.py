@@ -51,7 +51,7 @@ SOCKETS = web.AppKey("lease_keepalive_sockets", OpenSockets)
 
 
 async def answer(leases: LeaseApi, caller: Caller, kind: WSMsgType, data: Any) -> dict[str, Any]:
-    """The answer to one message (never raises a RequestError: it is the answer)."""
+    """The answer to one message (an error is the answer: it never raises)."""
     try:
         if kind is not WSMsgType.TEXT:
             raise InvalidRequest('send text messages: {"ids": [lease ids]}')
@@ -63,6 +63,9 @@ async def answer(leases: LeaseApi, caller: Caller, kind: WSMsgType, data: Any) -
         return {"leases": [renewal_json(r) for r in renewals]}
     except RequestError as error:
         return {"code": error.code, "message": error.message}
+    except Exception:  # as the error table answers it: the stream goes on
+        logger.exception("a keepalive from the lease keepalive stream failed")
+        return {"code": "internal_error", "message": "unexpected error; see the node's log"}
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:

@@ -18,13 +18,18 @@ from node.service.lease_types import Fence
 from node.service.leases import MAX_LISTED
 from node.state.leases import (
     MAX_KEEPALIVE_IDS,
-    MAX_LOCK_NAME_CHARS,
     MAX_LOCK_VALUE_BYTES,
     lock_name_problem,
 )
 
-LOCK_NAME_PATTERN = f"^[A-Za-z0-9._:/@-]{{1,{MAX_LOCK_NAME_CHARS}}}$"
-"""What node.state.leases.lock_name_problem accepts; the OpenAPI document states it."""
+_SEGMENT = (
+    "(?:[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*"
+    "|\\.[A-Za-z0-9_:@-][A-Za-z0-9._:@-]*"
+    "|\\.\\.[A-Za-z0-9._:@-]+)"
+)
+LOCK_NAME_PATTERN = f"^{_SEGMENT}(?:/{_SEGMENT})*$"
+"""What node.state.leases.lock_name_problem accepts (with at most MAX_LOCK_NAME_CHARS
+characters): /-separated parts, none empty, . or ..; the OpenAPI document states it."""
 MAX_LEASE_ID = MAX_VERSION
 """A lease id is the offset of its grant record."""
 DEFAULT_PAGE = 100

@@ -9,14 +9,20 @@ from http_api.lease_input import DEFAULT_LOCK_WAIT, LOCK_NAME_PATTERN
 from http_api.openapi_common import json_content
 from http_api.openapi_leases import LEASE_ID, NO_LEASES, error
 from node.service.leases import DEFAULT_MAX_LOCK_WAIT
-from node.state.leases import MAX_LOCK_VALUE_BYTES
+from node.state.leases import MAX_LOCK_NAME_CHARS, MAX_LOCK_VALUE_BYTES
 
 _NAME = {
     "name": "name",
     "in": "path",
     "required": True,
-    "schema": {"type": "string", "pattern": LOCK_NAME_PATTERN},
-    "description": "1 to 200 characters of A-Z a-z 0-9 . _ : / @ - (it may contain /); "
+    "schema": {
+        "type": "string",
+        "pattern": LOCK_NAME_PATTERN,
+        "minLength": 1,
+        "maxLength": MAX_LOCK_NAME_CHARS,
+    },
+    "description": "1 to 200 characters of A-Z a-z 0-9 . _ : / @ - in /-separated parts, "
+    "none of them empty, . or .. (jobs/compactor); "
     "otherwise 400 invalid_lock_name. Locks and elections share names.",
 }
 _LEASE_QUERY = {

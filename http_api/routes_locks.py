@@ -24,7 +24,6 @@ from http_api.errors import json_response
 from http_api.lease_context import caller_of, leases_of
 from http_api.lease_json import acquired_json, holder_json
 from http_api.long_poll import while_client_waits
-from node.errors import Conflict, LockHeld, RequestError
 from node.service.lease_types import LockHolder
 
 LOCK_PATH = "/v1/locks/{name:.+}"
@@ -43,22 +42,11 @@ async def acquire(
     request: web.Request, name: str, lease_id: int, wait: float, value: bytes = b""
 ) -> LockHolder:
     """Wait for the lock while the client does; a lock not got within ``wait`` is
-    LockHeld, with the holder's token."""
+    LockHeld (the service names the holder's token)."""
     leases = leases_of(request)
-    try:
-        return await while_client_waits(
-            request, leases.lock(name, lease_id, wait, caller_of(request), value)
-        )
-    except LockHeld:
-        raise
-    except Conflict as refused:
-        if refused.code != "lock_held":
-            raise
-        try:
-            holder = (await leases.lock_info(name)).holder
-        except RequestError:
-            raise refused from None
-        raise LockHeld(refused.message, None if holder is None else holder.token) from None
+    return await while_client_waits(
+        request, leases.lock(name, lease_id, wait, caller_of(request), value)
+    )
 
 
 def add_routes(app: web.Application) -> None:

@@ -17,7 +17,15 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from node.errors import Conflict, Forbidden, InvalidRequest, KeyNotFound, LimitReached, RequestError
+from node.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    KeyNotFound,
+    LimitReached,
+    LockHeld,
+    RequestError,
+)
 from node.service.kv import ConsensusLog, result_error
 from node.service.lease_clock import LeaseClock
 from node.service.lease_types import Caller, LeaseInfo, LockHolder, LockInfo, Renewal
@@ -334,7 +342,9 @@ class LeaseService:
                         assert holder is not None
                         return holder
                     if result.succeeded:  # held, and already lost again
-                        raise Conflict(f"lock {name} was lost at once", code="lock_held")
+                        holder = self._holder(name, lock)
+                        token = None if holder is None else holder.token
+                        raise LockHeld(f"lock {name} was lost at once", token)
                     if self._record(lease_id) is None and not self._ahead(lock, lease_id):
                         raise KeyNotFound(
                             f"lease {lease_id} ended while waiting", code="lease_expired"
@@ -349,9 +359,10 @@ class LeaseService:
                 raise
         await self._leave_queue(name, lease_id)
         current = self._holder(name, self._lock_record(name))
-        token = "" if current is None else f" (token {current.token})"
-        raise Conflict(
-            f"lock {name} is held by another lease{token}; waited {timeout:g}s", code="lock_held"
+        held_by = "" if current is None else f" (token {current.token})"
+        raise LockHeld(
+            f"lock {name} is held by another lease{held_by}; waited {timeout:g}s",
+            None if current is None else current.token,
         )
 
     def _ahead(self, lock: LockRecord | None, lease_id: int) -> bool:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from node.errors import (
     Conflict,
@@ -136,6 +137,20 @@ class LeaseService:
     @property
     def limits(self) -> LeaseLimits:
         return self._limits
+
+    def status(self) -> dict[str, Any]:
+        """/v1/status ``leases``: how many this node tracks, whether it expires them (it
+        leads and has promoted its clock), and the limits."""
+        limits = self._limits
+        return {
+            "count": len(self._clock),
+            "expiring": self._clock.promoted and self._consensus.is_leader(),
+            "max_leases": limits.max_leases,
+            "max_lease_ttl": limits.max_lease_ttl,
+            "max_lease_attachments": limits.max_lease_attachments,
+            "max_lock_waiters": limits.max_lock_waiters,
+            "max_lock_wait": limits.max_lock_wait,
+        }
 
     # -- fed by the state machine ------------------------------------------------------
 

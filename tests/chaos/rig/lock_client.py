@@ -150,8 +150,11 @@ class LockClient:
             token = int(answer.json()["token"])
             self.finish(op, answer, token=token)
             return token
-        if self.finish(op, answer) in LEASE_GONE:
+        code = self.finish(op, answer)
+        if code in LEASE_GONE:
             lease.lost.set()
+        elif code != "lock_held":  # no answer, or no leader: not at once again
+            self.stop.wait(0.2)
         return None
 
     def write(self, lease: Lease, token: int) -> str:

@@ -21,6 +21,8 @@ for business outcomes inside apply (a failed compare-and-set is a
         ├── PayloadTooLarge           a value or body over the limit
         ├── KeyNotFound               the key does not exist
         ├── VersionConflict           a precondition on the key's version failed
+        ├── Conflict                  the request conflicts with the cluster's state
+        │   └── Fenced                a write's fencing token is not the lock holder's
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
         ├── AuditExportFailed         this node's export of an audit failed
         ├── LimitReached              a bounded resource is full (``code`` names the limit)
@@ -171,6 +173,17 @@ class Conflict(RequestError):
     """The request conflicts with the cluster's state (a membership change in progress...)."""
 
     code = "conflict"
+
+
+class Fenced(Conflict):
+    """A write carried a lock's fencing token that is not the current holder's (409).
+    ``token`` is the current holder's token, None when nobody holds the lock."""
+
+    code = "fenced"
+
+    def __init__(self, message: str, token: int | None) -> None:
+        super().__init__(message)
+        self.token = token
 
 
 class AuditExportFailed(RequestError):

@@ -95,6 +95,9 @@ class RaftConsensus:
         # Called on the raft thread with the number of records pulled, after a
         # catch-up from the leader's log (the composition root compacts then).
         self.catch_up_listeners: list[Callable[[int], None]] = []
+        # Called on the raft thread with True when this node becomes leader, False when
+        # it stops leading (the lease clock promotes itself before expiring anything).
+        self.role_listeners: list[Callable[[bool], None]] = []
         self._syncer = AckSyncer(storage.commit_log.sync, self._deliver_threadsafe)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -258,6 +261,10 @@ class RaftConsensus:
         logger.info("raft role: %s -> %s", _STATE_NAMES.get(old, old), _STATE_NAMES.get(new, new))
         if _STATE_NAMES.get(new) == "leader" and self._syncobj is not None:
             self._syncobj.won_election()
+        leading = _STATE_NAMES.get(new) == "leader"
+        if leading != (_STATE_NAMES.get(old) == "leader"):
+            for listener in self.role_listeners:
+                listener(leading)
 
     # -- the asyncio loop -----------------------------------------------------------
 

@@ -16,10 +16,12 @@ from pathlib import Path
 from http_api.request_size import body_limit
 from http_api.tls import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_TLS_HANDSHAKE_TIMEOUT
 from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
+from node.cli.lease_settings import add_lease_arguments, lease_limits
 from node.cli.secure_start import StartSecurity, add_security_arguments, start_security
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
+from node.service.leases import LeaseLimits
 from node.service.login_limits import DEFAULT_PER_ADDRESS, DEFAULT_PER_USER
 from node.state.auth_records import (
     DEFAULT_MAX_ROLE_PERMISSIONS,
@@ -118,6 +120,8 @@ class NodeConfig:
     auth: AuthSettings = field(default_factory=AuthSettings)
     security: StartSecurity = field(default_factory=StartSecurity)
     """--root-password-file, --insecure-no-auth (node/cli/secure_start.py)."""
+    leases: LeaseLimits = field(default_factory=LeaseLimits)
+    """--max-leases, --max-lease-ttl... (node/cli/lease_settings.py)."""
 
     @property
     def audit_path(self) -> Path:
@@ -147,6 +151,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
     add_tls_arguments(parser)
+    add_lease_arguments(parser)
     add_security_arguments(parser)
     add(
         "--insecure-dev-mode",
@@ -701,6 +706,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         transfer_idle_timeout=idle_timeout,
         tls=tls,
         auth=_auth_settings(args, env),
+        leases=lease_limits(lambda name: _value(args, env, name), _positive_int, _positive_float),
         security=start_security(
             http_host,
             tls.server is not None,

@@ -26,6 +26,8 @@ from node.service.auth import AuthService
 from node.service.auth_bootstrap import bootstrap_root
 from node.service.auth_tokens import member_headers
 from node.service.kv import KvService
+from node.service.lease_clock import LeaseClock
+from node.service.leases import LeaseService
 from node.service.login_limits import FailedLogins
 from node.state.auth_records import AUTH_META_KEY, decode_meta
 from node.state.machine import StateMachine
@@ -63,6 +65,8 @@ async def serve(
         RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
     )
     machine.audit_hook = exporter.hook
+    leases = lease_service(config, consensus, storage)
+    machine.lease_hook = leases.on_applied
     try:
         await consensus.start()
         compactor = Compactor(
@@ -111,6 +115,8 @@ async def serve(
             # Admin-only once auth is enabled (http_api/permissions.py).
             member_url_changes=lambda: config.security.loopback or auth.enabled,
             security=lambda: security_status(config, auth.enabled),
+            max_leases=config.leases.max_leases,
+            max_lease_ttl=config.leases.max_lease_ttl,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
@@ -119,6 +125,7 @@ async def serve(
             consensus, storage.store, exporter, stall_timeout=config.transfer_idle_timeout
         )
         pruner = asyncio.create_task(prune_audit_exports(exporter))
+        lease_sweeper = asyncio.create_task(leases.sweep())
         limits = HttpLimits(
             max_connections=config.max_connections,
             max_per_address=config.max_connections_per_address,
@@ -152,7 +159,7 @@ async def serve(
             await stop.wait()
         finally:
             logger.info("node %s stopping", config.node_id)
-            for task in (background, sweeper, pruner, joining, bootstrap):
+            for task in (background, sweeper, pruner, lease_sweeper, joining, bootstrap):
                 if task is not None:
                     task.cancel()
             await http.stop()
@@ -161,9 +168,34 @@ async def serve(
         await consensus.stop()
         # Running exports stop (and release LMDB and the log) before storage closes.
         machine.audit_hook = None
+        machine.lease_hook = None
         await asyncio.to_thread(exporter.close)
         storage.close()
         logger.info("node %s stopped", config.node_id)
+
+
+def lease_service(
+    config: NodeConfig, consensus: RaftConsensus, storage: NodeStorage
+) -> LeaseService:
+    """Leases and locks, with a clock loaded from the state before raft applies anything,
+    promoted (every deadline pushed one election timeout on) when this node wins an
+    election."""
+    clock = LeaseClock()
+    leases = LeaseService(consensus, storage.store, clock, config.leases)
+    leases.load_clock()
+    leases.waits.bind(asyncio.get_running_loop())
+    extension = config.raft.election_timeout_max
+
+    def on_role(leading: bool) -> None:
+        if leading:
+            clock.promote(extension)
+        else:
+            clock.demote()
+
+    consensus.role_listeners.append(on_role)
+    # A state install replaced the leases this node knew: each due a TTL from now.
+    consensus.catch_up_listeners.append(lambda pulled: leases.load_clock())
+    return leases
 
 
 def auth_service(config: NodeConfig, consensus: RaftConsensus, store: LmdbStore) -> AuthService:

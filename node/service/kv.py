@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from node.errors import (
     Conflict,
+    Fenced,
     Forbidden,
     InvalidRequest,
     KeyNotFound,
@@ -43,6 +44,7 @@ from node.errors import (
     VersionConflict,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
+from node.service.lease_types import Fence
 from node.service.pace import Pace
 from node.service.txn_reads import returns_over
 from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
@@ -61,6 +63,11 @@ from node.state.commands import (
     Txn,
     payload_bytes,
 )
+from node.state.commands import (
+    Fenced as FencedWrite,
+)
+from node.state.lease_commands import LeasedPut, TtlPut
+from node.state.leases import DEFAULT_MAX_LEASE_TTL, DEFAULT_MAX_LEASES
 from node.state.producers import (
     DEFAULT_EXPIRY_MS,
     DEFAULT_MAX_PRODUCERS,
@@ -186,8 +193,17 @@ def _result_error(result: CommandResult) -> RequestError:
         return PayloadTooLarge(result.message)
     if code is ResultCode.TXN_TOO_LARGE or code is ResultCode.TXN_RESULT_TOO_LARGE:
         return PayloadTooLarge(result.message, code=code.value)
-    if code is ResultCode.TOO_MANY_PRODUCERS:
+    if code in (
+        ResultCode.TOO_MANY_PRODUCERS,
+        ResultCode.TOO_MANY_LEASES,
+        ResultCode.TOO_MANY_LEASE_ATTACHMENTS,
+        ResultCode.TOO_MANY_LOCK_WAITERS,
+    ):
         return LimitReached(result.message, code=code.value)
+    if code is ResultCode.FENCED:
+        return Fenced(result.message, result.current_version or None)
+    if code is ResultCode.LEASE_NOT_FOUND:
+        return KeyNotFound(result.message, code=code.value)
     if code in (ResultCode.INVALID_KEY, ResultCode.RESERVED_KEY):
         return InvalidRequest(result.message, code=code.value)
     if code in _CONFLICTS:
@@ -221,7 +237,11 @@ class KvService:
         stall_timeout: float = 30.0,
         member_url_changes: Callable[[], bool] = lambda: True,
         security: Callable[[], dict[str, Any]] | None = None,
+        max_leases: int = DEFAULT_MAX_LEASES,
+        max_lease_ttl: int = DEFAULT_MAX_LEASE_TTL,
     ) -> None:
+        self._max_leases = max_leases
+        self._max_lease_ttl = max_lease_ttl
         self._member_url_changes = member_url_changes
         self._security = security
         self._stall_timeout = stall_timeout
@@ -286,35 +306,77 @@ class KvService:
         value: bytes,
         expected_version: int | None = None,
         producer: ProducerTag | None = None,
+        *,
+        lease: int | None = None,
+        ttl: int | None = None,
+        fence: Fence | None = None,
+        owner: str = "",
     ) -> CommandResult:
-        """Set ``key``; ``expected_version`` makes it a compare-and-set (0: must not exist)."""
+        """Set ``key``; ``expected_version`` makes it a compare-and-set (0: must not exist).
+
+        ``lease`` attaches the key to that lease; ``ttl`` (seconds) grants a lease of its
+        own to the key, owned by ``owner``, whose id is the result's ``value``."""
         self.check_key(key)
         self.check_value(value)
         self.check_version(expected_version, "expected version")
-        return await self.write(Put(key, value, expected_version), producer)
+        command: Put | LeasedPut | TtlPut = Put(key, value, expected_version)
+        if lease is not None and ttl is not None:
+            raise InvalidRequest("a put takes a lease or a ttl, not both")
+        if lease is not None:
+            if type(lease) is not int or not 1 <= lease < 2**63:
+                raise InvalidRequest(f"a lease id is a positive integer, not {lease!r:.40}")
+            command = LeasedPut(key, value, expected_version, lease)
+        elif ttl is not None:
+            if type(ttl) is not int or not 1 <= ttl <= self._max_lease_ttl:
+                raise InvalidRequest(
+                    f"ttl is a whole number of seconds from 1 to {self._max_lease_ttl} "
+                    f"(--max-lease-ttl), not {ttl!r:.40}",
+                    code="invalid_ttl",
+                )
+            command = TtlPut(key, value, expected_version, ttl * 1000, owner, self._max_leases)
+        return await self.write(command, producer, fence)
 
     async def delete(
-        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult:
         """Delete ``key``; the result's version is the tombstone's offset. Raises KeyNotFound."""
         self.check_key(key)
         self.check_version(expected_version, "expected version")
-        return await self.write(Delete(key, expected_version), producer)
+        return await self.write(Delete(key, expected_version), producer, fence)
 
-    async def incr(self, key: bytes, by: int, producer: ProducerTag | None = None) -> CommandResult:
+    async def incr(
+        self,
+        key: bytes,
+        by: int,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> CommandResult:
         """Add ``by`` to the integer at ``key``; the result's value is the new one."""
         self.check_key(key)
-        return await self.write(Incr(key, by), producer)
+        return await self.write(Incr(key, by), producer, fence)
 
     async def append(
-        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        suffix: bytes,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult:
         """Append ``suffix`` to the value at ``key``; the result's value is the new length."""
         self.check_key(key)
         self.check_value(suffix)
-        return await self.write(Append(key, suffix), producer)
+        return await self.write(Append(key, suffix), producer, fence)
 
-    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult:
+    async def txn(
+        self, txn: Txn, producer: ProducerTag | None = None, *, fence: Fence | None = None
+    ) -> CommandResult:
         """Run an already validated transaction (http_api/txn_json.py parses one).
 
         A txn that reads carries this node's --max-txn-result-bytes in its entry:
@@ -330,7 +392,7 @@ class KvService:
         if txn.reads and self._max_txn_result_bytes is not None:
             txn = txn._replace(max_result_bytes=self._max_txn_result_bytes)
             self._refuse_plain_oversized_reads(txn, self._max_txn_result_bytes)
-        return await self.write(txn, producer)
+        return await self.write(txn, producer, fence)
 
     def _refuse_plain_oversized_reads(self, txn: Txn, limit: int) -> None:
         """Refuse before the log a txn whose gets would return more than ``limit`` in
@@ -349,8 +411,14 @@ class KvService:
                 )
 
     async def write(
-        self, command: ProducibleCommand, producer: ProducerTag | None = None
+        self,
+        command: ProducibleCommand,
+        producer: ProducerTag | None = None,
+        fence: Fence | None = None,
     ) -> CommandResult:
+        """Propose ``command`` (guarded by ``fence``'s lock token, sent by ``producer``)."""
+        if fence is not None and not isinstance(command, FencedWrite):
+            command = FencedWrite(fence.name, fence.token, command)
         wrapped: Command = command if producer is None else Produced(*producer, command)
         result = await self._consensus.propose(wrapped)
         if result.code is ResultCode.OK:

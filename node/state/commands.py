@@ -90,6 +90,10 @@ so a cluster in a rolling upgrade keeps working until a newer form is used:
 
 - 3: :class:`AuthChange` (tag 13, node/state/auth_commands.py): users, roles,
   permissions and the enabled flag of authentication.
+- 4: leases and locks (tags 14 to 22, node/state/lease_commands.py), a write
+  guarded by a lock's fencing token (:class:`Fenced`, tag 23:
+  ``[TAG_FENCED, lock name, token, command]``) and a txn put op attached to a
+  lease (``[6, key, value, lease_id]``).
 
 A node refuses an entry of a format above :data:`FORMAT_VERSION`
 (:class:`UnsupportedEntryVersion`) and stalls on it instead of skipping it,
@@ -107,9 +111,19 @@ import msgpack
 
 from node.errors import EntryDecodeError, UnsupportedEntryVersion
 from node.state.auth_commands import AuthChange, decode_auth, encode_auth
+from node.state.lease_commands import (
+    TAG_FENCED,
+    LeaseCommand,
+    LeasedPut,
+    TtlPut,
+    decode_lease_command,
+    encode_lease_command,
+    is_lease_command,
+)
+from node.state.leases import lock_name_problem
 from node.storage.key_order import LONG_KEY_PREFIX
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The newest entry format this node reads and writes (the module docstring lists them)."""
 
 TAG_PUT = 1
@@ -133,6 +147,7 @@ TXN_OP_DELETE = 2
 TXN_OP_GET = 3
 TXN_OP_INCR = 4
 TXN_OP_APPEND = 5
+TXN_OP_PUT_LEASED = 6
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -200,8 +215,11 @@ class Compare(NamedTuple):
 
 
 class TxnPut(NamedTuple):
+    """``lease``: the lease the key is attached to (0: none, the form before format 4)."""
+
     key: bytes
     value: bytes
+    lease: int = 0
 
 
 class TxnDelete(NamedTuple):
@@ -352,7 +370,16 @@ class AuditCut(NamedTuple):
     split_points: tuple[bytes, ...] = ()
 
 
-ProducibleCommand = Put | Delete | Txn | Incr | Append
+class Fenced(NamedTuple):
+    """``command``, applied only while lock ``name`` is held with ``token`` (else
+    ``fenced``, nothing written): ``Rkv-Fencing: NAME=TOKEN``."""
+
+    name: str
+    token: int
+    command: Put | Delete | Txn | Incr | Append | LeasedPut | TtlPut
+
+
+ProducibleCommand = Put | Delete | Txn | Incr | Append | LeasedPut | TtlPut | Fenced
 
 
 class Produced(NamedTuple):
@@ -378,6 +405,8 @@ Command = (
     | ExpireProducers
     | AuditCut
     | AuthChange
+    | LeaseCommand
+    | Fenced
 )
 
 
@@ -416,6 +445,10 @@ def _encode_compare(compare: Compare) -> list[Any]:
 
 def _encode_op(op: TxnOp) -> list[Any]:
     if isinstance(op, TxnPut):
+        if op.lease:
+            if type(op.lease) is not int or not 1 <= op.lease <= INT64_MAX:
+                raise ValueError(f"a lease id is a positive integer, not {op.lease!r:.40}")
+            return [TXN_OP_PUT_LEASED, op.key, op.value, op.lease]
         return [TXN_OP_PUT, op.key, op.value]
     if isinstance(op, TxnDelete):
         return [TXN_OP_DELETE, op.key]
@@ -496,7 +529,22 @@ def _encode_command(command: Command) -> list[Any]:
         return [TAG_AUDIT_CUT, command.audit_id, list(command.split_points)]
     if isinstance(command, AuthChange):
         return encode_auth(command, TAG_AUTH)
+    if isinstance(command, Fenced):
+        return _encode_fenced(command)
+    if not isinstance(command, Barrier):
+        return encode_lease_command(command)
     return [TAG_BARRIER]
+
+
+def _encode_fenced(command: Fenced) -> list[Any]:
+    problem = lock_name_problem(command.name)
+    if problem is not None:
+        raise ValueError(f"cannot encode a fenced write: {problem}")
+    if type(command.token) is not int or not 0 <= command.token <= INT64_MAX:
+        raise ValueError(f"a fencing token is an integer in 0..{INT64_MAX}")
+    if isinstance(command.command, Fenced | Produced):
+        raise ValueError("a fenced write wraps a plain write")
+    return [TAG_FENCED, command.name, command.token, _encode_command(command.command)]
 
 
 def _check_int64(number: int) -> None:
@@ -528,6 +576,8 @@ def encode_entry(batch: Batch) -> bytes:
 
 def _format_of(batch: Batch) -> int:
     """The lowest format that holds every command of ``batch``."""
+    if any(_needs_format_4(command) for command in batch.commands):
+        return 4
     if any(isinstance(command, AuthChange) for command in batch.commands):
         return 3
     for command in batch.commands:
@@ -539,6 +589,19 @@ def _format_of(batch: Batch) -> int:
         if isinstance(inner, ExpireProducers) and inner.limit is not None:
             return 2
     return 1
+
+
+_LEASE_TYPES = LeaseCommand.__args__
+
+
+def _needs_format_4(command: Command) -> bool:
+    """Leases, locks, fenced writes and txn puts attached to a lease."""
+    inner = command.command if isinstance(command, Produced) else command
+    if isinstance(inner, (Fenced, *_LEASE_TYPES)):
+        return True
+    return isinstance(inner, Txn) and any(
+        isinstance(op, TxnPut) and op.lease for op in (*inner.success, *inner.failure)
+    )
 
 
 def _expected(value: Any) -> int | None:
@@ -582,6 +645,8 @@ def _decode_op(raw: Any) -> TxnOp:
     tag = raw[0]
     if tag == TXN_OP_PUT and len(raw) == 3:
         return TxnPut(_bytes(raw[1], "key"), _bytes(raw[2], "value"))
+    if tag == TXN_OP_PUT_LEASED and len(raw) == 4:
+        return TxnPut(_bytes(raw[1], "key"), _bytes(raw[2], "value"), _positive(raw[3], "lease"))
     if tag == TXN_OP_DELETE and len(raw) == 2:
         return TxnDelete(_bytes(raw[1], "key"))
     if tag == TXN_OP_GET and len(raw) == 2:
@@ -628,9 +693,23 @@ def _positive(value: Any, what: str) -> int:
     return value
 
 
+_WRITES = (Put, Delete, Txn, Incr, Append, LeasedPut, TtlPut)
+
+
+def _decode_fenced(raw: list[Any]) -> Fenced:
+    _, name, token, inner_raw = raw
+    problem = lock_name_problem(name)
+    if problem is not None:
+        raise EntryDecodeError(f"malformed fenced write: {problem}")
+    inner = _decode_command(inner_raw)
+    if not isinstance(inner, _WRITES):
+        raise EntryDecodeError(f"a fenced write cannot wrap {type(inner).__name__}")
+    return Fenced(name, _uint(token, "fencing token"), inner)
+
+
 def _decode_produced(raw: list[Any]) -> Produced:
     inner = _decode_command(raw[4])
-    if not isinstance(inner, Put | Delete | Txn | Incr | Append):
+    if not isinstance(inner, (*_WRITES, Fenced)):
         raise EntryDecodeError(f"a producer cannot send {type(inner).__name__}")
     return Produced(
         _uint(raw[1], "producer id"), _uint(raw[2], "epoch"), _uint(raw[3], "sequence"), inner
@@ -686,6 +765,10 @@ def _decode_command(raw: Any) -> Command:
         return _decode_audit(raw)
     if tag == TAG_AUTH and len(raw) == 8:
         return decode_auth(raw)
+    if tag == TAG_FENCED and len(raw) == 4:
+        return _decode_fenced(raw)
+    if is_lease_command(raw):
+        return decode_lease_command(raw)
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")
 
 

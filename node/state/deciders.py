@@ -28,6 +28,7 @@ from node.state.commands import (
 )
 from node.state.counters import incremented, refusal_message
 from node.state.entry_writer import EntryWriter
+from node.state.lease_attach import put_attached
 from node.state.results import CommandResult, OpResult, ResultCode
 
 
@@ -159,7 +160,14 @@ def decide_txn(writer: EntryWriter, txn: Txn, max_value_bytes: int) -> CommandRe
     for i, op in enumerate(branch):
         key = op.key
         if isinstance(op, TxnPut):
-            stored = writer.put(key, op.value, writer.current(key))
+            if op.lease:
+                attached = put_attached(writer, op.lease, key, op.value, writer.current(key))
+                if isinstance(attached, CommandResult):
+                    writer.rollback()
+                    return attached._replace(message=f"{name}[{i}]: {attached.message}")
+                stored = attached
+            else:
+                stored = writer.put(key, op.value, writer.current(key))
             op_results.append(OpResult("put", key, True, stored.version, stored.create_version))
         elif isinstance(op, TxnDelete):
             if writer.current(key) is None:

@@ -34,6 +34,20 @@ _ABSENT = object()
 
 
 @dataclass(slots=True)
+class LeaseEvents:
+    """What an entry did to leases and locks, for the node's lease clock and lock
+    waiters (node/service/): leases granted or renewed (id, ttl in ms, the version of
+    their record), leases ended, and the locks whose holder, value or queue changed."""
+
+    renewed: list[tuple[int, int, int]] = field(default_factory=list)
+    ended: list[int] = field(default_factory=list)
+    locks: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.renewed or self.ended or self.locks)
+
+
+@dataclass(slots=True)
 class Savepoint:
     offset: int
     records: int
@@ -48,6 +62,8 @@ class EntryWriter:
         "_savepoint",
         "dirty_producers",
         "flushed_producers",
+        "lease_events",
+        "new_attachments",
         "offset",
         "pending",
         "producer_delta",
@@ -82,6 +98,10 @@ class EntryWriter:
         self._savepoint: Savepoint | None = None
         self._producer_base = producer_count
         self.producer_delta = 0
+        self.lease_events = LeaseEvents()
+        # Attachment keys this entry wrote, by lease: an LMDB scan of the view does not
+        # see them, and a lease ended later in the same entry must.
+        self.new_attachments: dict[int, list[bytes]] = {}
 
     def current(self, key: bytes) -> StoredValue | None:
         pending = self.pending

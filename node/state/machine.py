@@ -52,6 +52,7 @@ from node.state.commands import (
     Command,
     Delete,
     ExpireProducers,
+    Fenced,
     Incr,
     InitProducer,
     Produced,
@@ -68,7 +69,9 @@ from node.state.deciders import (
     key_refusal,
     value_refusal,
 )
-from node.state.entry_writer import EntryWriter
+from node.state.entry_writer import EntryWriter, LeaseEvents
+from node.state.lease_apply import decide_lease, fence_refusal
+from node.state.lease_commands import LeaseCommand
 from node.state.producer_apply import decide_expire, decide_init, decide_produced
 from node.state.producers import ProducerState
 from node.state.results import CommandResult, ResultCode, results_size
@@ -90,6 +93,9 @@ _ALREADY_APPLIED = (
 
 AuditHook = Callable[[str, tuple[bytes, ...], DetachedView], None]
 """Called with (audit id, split points, a detached view of the cut); owns the view."""
+LeaseHook = Callable[[LeaseEvents], None]
+"""Called on the apply thread, after an entry that touched leases or locks is applied."""
+_LEASE_COMMANDS = LeaseCommand.__args__
 
 
 class StateMachine:
@@ -119,6 +125,9 @@ class StateMachine:
         self._audits: list[AuditCut] = []
         self.audit_hook: AuditHook | None = None
         """Set by the composition root; see the module docs."""
+        self.lease_hook: LeaseHook | None = None
+        """Set by the composition root: told what each applied entry did to leases and
+        locks (node/service/lease_clock.py). It must be quick and never raise."""
 
     @classmethod
     def over(cls, storage: NodeStorage) -> StateMachine:
@@ -187,6 +196,7 @@ class StateMachine:
             changes: list[Change] = []
             flushed: dict[int, tuple[int, ProducerState]] = {}
             producer_count = self.known_producer_count()
+            events = LeaseEvents()
         else:
             with self._store.reader() as view:
                 results, writer = self._decide(raft_index, batch, view)
@@ -194,6 +204,7 @@ class StateMachine:
             changes = list(writer.pending.items())
             flushed = writer.flushed_producers
             producer_count = writer.producer_count_after()
+            events = writer.lease_events
         self._log.append(records)
         applied_offset = records[-1].offset if records else self._store.applied_offset
         self._store.write(changes, raft_index, applied_offset)
@@ -204,6 +215,11 @@ class StateMachine:
             self._remember_producers(flushed)
         if self._audits:
             self._start_audits(raft_index)
+        if events and self.lease_hook is not None:
+            try:
+                self.lease_hook(events)
+            except Exception:  # the entry is applied: a hook's failure must not retry it
+                logger.exception("the lease hook failed after raft entry %d", raft_index)
         return results
 
     def _start_audits(self, raft_index: int) -> None:
@@ -347,6 +363,11 @@ class StateMachine:
             )
         if isinstance(command, AuthChange):
             return decide_auth(writer, command)
+        if isinstance(command, _LEASE_COMMANDS):
+            return decide_lease(writer, command, self._max_value_bytes)
+        if isinstance(command, Fenced):
+            refusal = fence_refusal(writer, command.name, command.token)
+            return refusal or self._decide_one(writer, command.command)
         if isinstance(command, Put | Delete):
             return self._decide_one(writer, command)
         raise AssertionError(f"no decider for {type(command).__name__}")

@@ -43,6 +43,13 @@ class ResultCode(enum.Enum):
     TOO_MANY_ROLES = "too_many_roles"
     TOO_MANY_ROLE_PERMISSIONS = "too_many_role_permissions"
     AUTH_ALREADY_SET_UP = "auth_already_set_up"
+    # Leases and locks (node/state/lease_apply.py).
+    LEASE_NOT_FOUND = "lease_not_found"
+    TOO_MANY_LEASES = "too_many_leases"
+    TOO_MANY_LEASE_ATTACHMENTS = "too_many_lease_attachments"
+    TOO_MANY_LOCK_WAITERS = "too_many_lock_waiters"
+    NOT_LOCK_HOLDER = "not_lock_holder"
+    FENCED = "fenced"
     # Reported by the raft layer, never by apply: the node is stalled (its state
     # is known to miss entries) and applies nothing.
     NODE_STALLED = "node_stalled"

@@ -36,7 +36,7 @@ compares = st.one_of(
     st.builds(Compare, keys, st.just(CompareTarget.EXISTS), st.booleans()),
 )
 txn_ops: st.SearchStrategy[TxnOp] = st.one_of(
-    st.builds(TxnPut, keys, st.binary(max_size=256)),
+    st.builds(TxnPut, keys, st.binary(max_size=256), st.integers(0, 2**63 - 1)),
     st.builds(TxnDelete, keys),
     st.builds(TxnGet, keys),
 )
@@ -74,10 +74,10 @@ def test_entries_round_trip(cmds: list[Command], timestamp: int) -> None:
 
 def test_entry_starts_with_the_lowest_format_version_that_holds_it() -> None:
     assert encode_entry(Batch((Barrier(),)))[0] == 1
-    assert FORMAT_VERSION == 3
+    assert FORMAT_VERSION == 4
 
 
-@pytest.mark.parametrize("version", [0, 4, 255])
+@pytest.mark.parametrize("version", [0, 5, 255])
 def test_unknown_format_version_is_a_clear_error(version: int) -> None:
     data = bytes((version,)) + encode_entry(Batch((Put(b"k", b"v"),)))[1:]
     with pytest.raises(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -266,6 +267,8 @@ async def measure_expiry_lag(
     while len(seen) < count and time.monotonic() < last:
         await asyncio.sleep(0.2)
     watch.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watch
     lags = [seen[k] - deadline for k, deadline in deadlines.items() if k in seen]
     missing = count - len(lags)
     early = sum(1 for lag in lags if lag < 0)

@@ -144,6 +144,7 @@ async def serve(
             limits,
             tls=config.tls.server,
             auth=auth,
+            leases=leases,
         )
         await http.start()
         logger.info(

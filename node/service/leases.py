@@ -254,8 +254,8 @@ class LeaseService:
                         listed.append(info)
                         if len(listed) == limit:
                             break
-                if len(page) < MAX_LISTED:
-                    return listed, None
+                if len(listed) < limit and len(page) < MAX_LISTED:
+                    return listed, None  # the scan reached the last lease
         return listed, listed[-1].lease_id
 
     # -- expiry (the leader) --------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Chaos campaigns (not a test): a workload under scheduled faults, then every check.
 
     python -m bench.chaos [--duration 300] [--nemesis all|kill,pause,...] [--seed N]
-                          [--workers 6] [--keys 5] [--out bench/results]
+                          [--workers 6] [--keys 5] [--lock-clients 4] [--out bench/results]
 
 Starts a 3-node cluster of real processes whose raft links go through a TCP
 proxy (tests/chaos/rig/netfault.py, so partitions need no root), runs
@@ -10,11 +10,16 @@ consistency level, writes, compare-and-sets) and idempotent producers
 increment a counter, while nemeses picked by the seeded RNG are injected,
 held and healed (kill -9 and restart, SIGSTOP/SIGCONT, partitions, a
 full-cluster crash, a wiped follower rebuilt from the leader, forced
-compactions). Then it heals everything and checks linearizability per key,
-stale reads, lost acknowledged writes, replica convergence and the counter.
+compactions). With --lock-clients N (default 4; 0: none) N lock client processes
+also contend for one lock and write under it with fencing tokens
+(tests/chaos/rig/lock_workload.py), and two more nemeses pause the holder past its
+lease's TTL or kill it. Then it heals everything and checks linearizability per
+key, stale reads, lost acknowledged writes, replica convergence, the counter, and
+the lock's tokens and fenced writes (tests/chaos/rig/lock_checker.py).
 
 Output: progress on stderr; the summary on stdout; chaos.json, chaos.html
-(a timeline and every fault and anomaly) and history.jsonl in --out. Exit 1
+(a timeline and every fault and anomaly), history.jsonl and (with lock clients)
+lock_history.jsonl in --out. Exit 1
 when any check fails. Every node is stopped by PID, also on errors and Ctrl-C.
 """
 
@@ -31,7 +36,7 @@ from pathlib import Path
 from bench.chaos_report import render
 from bench.support import progress
 from tests.chaos.rig.campaign import run_campaign
-from tests.chaos.rig.nemesis import NEMESES
+from tests.chaos.rig.nemesis import LOCK_NEMESES, NEMESES
 from tests.chaos.rig.netfault import ProxiedCluster
 from tests.chaos.rig.workload import WorkloadConfig
 
@@ -39,18 +44,26 @@ from tests.chaos.rig.workload import WorkloadConfig
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of faults")
-    parser.add_argument("--nemesis", default="all", help=f"all, or some of {','.join(NEMESES)}")
+    parser.add_argument(
+        "--nemesis", default="all", help=f"all, or some of {','.join(NEMESES + LOCK_NEMESES)}"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument("--lock-clients", type=int, default=4, help="0: no lock workload")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
-    names = list(NEMESES) if args.nemesis == "all" else args.nemesis.split(",")
-    unknown = [n for n in names if n not in NEMESES]
+    known = NEMESES + LOCK_NEMESES if args.lock_clients > 0 else NEMESES
+    names = list(known) if args.nemesis == "all" else args.nemesis.split(",")
+    unknown = [n for n in names if n not in known]
     if unknown or args.duration <= 0 or args.workers < 1 or args.keys < 1:
         parser.error(
-            f"unknown nemesis {unknown}" if unknown else "duration, workers, keys must be > 0"
+            f"unknown nemesis {unknown} (the lock nemeses need --lock-clients)"
+            if unknown
+            else "duration, workers, keys must be > 0"
         )
+    if args.lock_clients < 0:
+        parser.error("--lock-clients must be 0 or more")
     args.nemeses = names
     return args
 
@@ -70,9 +83,12 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
             config=WorkloadConfig(keys=args.keys, workers=args.workers),
             progress=progress,
+            lock_clients=args.lock_clients,
         )
         args.out.mkdir(parents=True, exist_ok=True)
         result.history.dump(str(args.out / "history.jsonl"))
+        if result.lock_workload is not None:
+            result.lock_workload.dump(args.out / "lock_history.jsonl")
         meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nemeses": ",".join(args.nemeses)}
         (args.out / "chaos.json").write_text(
             json.dumps({"meta": meta, **result.to_dict()}, indent=1)

@@ -7,7 +7,10 @@ from aiohttp import web
 from http_api import (
     routes_audit,
     routes_auth,
+    routes_elections,
     routes_kv,
+    routes_leases,
+    routes_locks,
     routes_log,
     routes_node,
     routes_producers,
@@ -22,8 +25,11 @@ from http_api.connections import LIMITS, HttpLimits, request_bounds, share_the_l
 from http_api.errors import error_middleware
 from http_api.fair_share import SHARES, FairShare
 from http_api.kv_api import KvApi
+from http_api.lease_api import LeaseApi
+from http_api.lease_context import LEASES
 from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
+from http_api.stream_slots import STREAMS, StreamSlots
 
 SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 
@@ -33,10 +39,12 @@ def build_app(
     audits: AuditApi | None = None,
     limits: HttpLimits | None = None,
     auth: AuthApi | None = None,
+    leases: LeaseApi | None = None,
 ) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one), ``auth``
     authenticates and authorizes requests once enabled (without one, nothing is checked
-    and /v1/auth answers 503)."""
+    and /v1/auth answers 503), ``leases`` serves leases, locks and elections (503
+    ``leases_unavailable`` without one)."""
     app = web.Application(
         middlewares=[
             request_bounds,
@@ -50,6 +58,8 @@ def build_app(
     app[SERVICE] = service
     if auth is not None:
         app[AUTH] = auth
+    if leases is not None:
+        app[LEASES] = leases
     app[LIMITS] = limits = limits or HttpLimits()
     app[SHARES] = FairShare(limits.fair_share_busy)
     app[BUDGET] = BodyBudget(
@@ -57,6 +67,12 @@ def build_app(
         body_limit(service.max_value_bytes),
         wait=limits.read_timeout / 2,
     )
+    app[STREAMS] = streams = StreamSlots()
+
+    async def end_streams(app: web.Application) -> None:
+        streams.close()
+
+    app.on_shutdown.append(end_streams)
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
@@ -66,4 +82,7 @@ def build_app(
     routes_producers.add_routes(app, SERVICE)
     routes_audit.add_routes(app, audits)
     routes_auth.add_routes(app)
+    routes_leases.add_routes(app, SERVICE)
+    routes_locks.add_routes(app)
+    routes_elections.add_routes(app, SERVICE)
     return app

@@ -1,7 +1,9 @@
 """The one table from errors to HTTP responses, and the middleware that applies it.
 
 Every error body is JSON: ``{"code": stable machine code, "message": for people}``
-plus details some errors carry (``current_version`` on a failed precondition).
+plus details some errors carry (``current_version`` on a failed precondition,
+``token`` on a fenced write or a lock not got: the lock holder's fencing token, or
+null).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from aiohttp import web
 from node.errors import (
     AuditExportFailed,
     Conflict,
+    Fenced,
     Forbidden,
     InvalidRequest,
     KeyNotFound,
     LimitReached,
+    LockHeld,
     NodeNotReady,
     NotApplied,
     NotLeader,
@@ -83,6 +87,8 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
     headers: dict[str, str] = {}
     if isinstance(error, VersionConflict):
         body["current_version"] = error.current_version
+    if isinstance(error, Fenced | LockHeld):
+        body["token"] = error.token
     if isinstance(error, NotLeader):
         if error.leader_url is None:
             status, body["code"] = 503, "no_leader"

@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from node.service.kv import Consistency, ScanPage
+from node.service.lease_types import Fence
 from node.service.types import CompactionResult, Record, StoredValue
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
@@ -44,21 +45,46 @@ class KvApi(Protocol):
         value: bytes,
         expected_version: int | None = None,
         producer: ProducerTag | None = None,
-    ) -> CommandResult: ...
+        *,
+        lease: int | None = None,
+        ttl: int | None = None,
+        fence: Fence | None = None,
+    ) -> CommandResult:
+        """``lease``: attach the key to that lease; ``ttl``: grant a lease of ``ttl``
+        seconds for this key alone (the result's value is its id, in decimal);
+        ``fence``: write only while that lock is held with that token (else Fenced)."""
+        ...
 
     async def delete(
-        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult: ...
 
     async def incr(
-        self, key: bytes, by: int, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        by: int,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult: ...
 
     async def append(
-        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        suffix: bytes,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult: ...
 
-    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult: ...
+    async def txn(
+        self, txn: Txn, producer: ProducerTag | None = None, *, fence: Fence | None = None
+    ) -> CommandResult: ...
 
     async def init_producer(self, transactional_id: str | None) -> CommandResult: ...
 

@@ -4,7 +4,8 @@ The parts: http_api/openapi_kv.py (/v1/kv, /v1/txn, /v1/producers),
 openapi_node.py (node, log, watch, snapshot, admin and cluster endpoints),
 openapi_audit.py (the consistency audit's endpoints and schemas),
 openapi_auth.py (users, roles, tokens, and every operation's security from the
-permission table), openapi_schemas.py (components) and openapi_common.py (what they share).
+permission table), openapi_leases.py (leases), openapi_locks.py (locks and
+elections), openapi_schemas.py (components) and openapi_common.py (what they share).
 tests/unit/test_openapi.py checks that the document names exactly the routes
 the app serves, with the same methods, so the two cannot drift apart.
 """
@@ -16,6 +17,8 @@ from typing import Any
 from http_api.openapi_audit import audit_paths, audit_schemas
 from http_api.openapi_auth import SECURITY_SCHEMES, auth_paths, secure
 from http_api.openapi_kv import kv_paths
+from http_api.openapi_leases import lease_paths
+from http_api.openapi_locks import lock_paths
 from http_api.openapi_node import node_paths
 from http_api.openapi_schemas import schemas
 
@@ -29,7 +32,16 @@ def openapi_document() -> dict[str, Any]:
             "description": "A Raft-replicated key-value store. Versions are commit-log "
             "offsets: every mutation gets the next one.",
         },
-        "paths": secure({**kv_paths(), **node_paths(), **audit_paths(), **auth_paths()}),
+        "paths": secure(
+            {
+                **kv_paths(),
+                **lease_paths(),
+                **lock_paths(),
+                **node_paths(),
+                **audit_paths(),
+                **auth_paths(),
+            }
+        ),
         "components": {
             "schemas": {**schemas(), **audit_schemas()},
             "securitySchemes": SECURITY_SCHEMES,

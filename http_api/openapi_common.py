@@ -18,20 +18,25 @@ BASE64URL = {"type": "string", "pattern": BASE64URL_PATTERN}
 _ERROR_TEXT = {
     307: "Not the leader (consistency=leader, membership changes, audits): Location names "
     "the leader",
-    400: "Invalid request (bad key, parameter, header or body; invalid_audit_id, invalid_buckets)",
+    400: "Invalid request (bad key, parameter, header or body; invalid_audit_id, "
+    "invalid_buckets; leases: invalid_ttl, invalid_fencing: a malformed Rkv-Fencing)",
     401: "Authentication is on and the request carries no valid credentials "
     '(WWW-Authenticate: Basic realm="rkv", Bearer): unauthenticated (none), '
     "invalid_credentials (wrong user or password, or a client certificate naming no "
     "user), invalid_token (not this cluster's, altered, or issued before the last change "
     "of users or roles: ask for a new one), token_expired",
     403: "permission_denied: the user lacks the permission the message names (e.g. needs "
-    "write on key 'x', needs read on prefix 'p', needs admin); auth_required: this node "
+    "write on key 'x', needs read on prefix 'p', needs admin); lease_not_owned: a write's "
+    "lease is another user's; auth_required: this node "
     "serves on a non-loopback address with authentication disabled and refuses an operation "
     "that could redirect clients (a member's url)",
-    404: "No such key (or member). Auth: user_not_found, role_not_found, role_not_granted, "
+    404: "No such key (or member). Leases: lease_not_found (a write's ?lease or a txn "
+    "put's lease does not exist). Auth: user_not_found, role_not_found, role_not_granted, "
     "permission_not_granted. Audits: audit_not_found (this node has no export of it, "
     "or not yet), audit_not_finished, audit_file_not_found",
-    409: "Conflict. Idempotent producer writes: producer_fenced (not the current epoch), "
+    409: "Conflict. fenced: the write's Rkv-Fencing token is not the lock's holder's "
+    '(nothing written; "token" is the holder\'s, null when nobody holds it). '
+    "Idempotent producer writes: producer_fenced (not the current epoch), "
     "out_of_order_sequence (a sequence was skipped), duplicate_sequence_too_old (a "
     f"retry older than the last {WINDOW} sequences), unknown_producer (unknown or "
     "expired: initialise again). incr: not_an_integer, integer_overflow. Membership: "
@@ -54,11 +59,14 @@ _ERROR_TEXT = {
     "(--max-watches-per-address), too_many_connections_per_address "
     "(--max-connections-per-address), too_many_failed_logins (--max-failed-logins per "
     "user and address, --max-failed-logins-per-address, per minute; Retry-After), "
-    "too_many_users (--max-auth-users), too_many_roles (--max-auth-roles)",
+    "too_many_users (--max-auth-users), too_many_roles (--max-auth-roles), "
+    "too_many_leases (--max-leases: a put's ttl), too_many_lease_attachments "
+    "(--max-lease-attachments: a put's or txn put's lease)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
-    "no_leader, node_not_ready, audits_unavailable, or auth_starting (a node given "
+    "no_leader, node_not_ready, audits_unavailable, leases_unavailable (a put with lease "
+    "or ttl on a node without leases), or auth_starting (a node given "
     "--root-password-file on a cluster that never set auth up, before the root user "
     "and auth are applied; Retry-After)",
 }

@@ -20,9 +20,14 @@ from http_api.openapi_common import (
     json_content,
     write_responses,
 )
+from http_api.openapi_leases import FENCING, LEASE_PARAM, TTL_PARAM
 from node.state.commands import MAX_TXN_OPS
 from node.state.producers import WINDOW
 
+_OTHER_WRITE = (
+    "null when this is the remembered answer (Rkv-Duplicate: true) to an earlier write of "
+    "another kind under the same producer sequence."
+)
 _RAW_BODY = {"content": {"application/octet-stream": {"schema": {"type": "string"}}}}
 _KEY_ENCODING = {**ENCODING, "description": "How the key appears in the answer (default base64)."}
 
@@ -31,20 +36,41 @@ def _key_paths() -> dict[str, Any]:
     return {
         "put": {
             "summary": "Set a key (compare-and-set with If-Match / If-None-Match)",
-            "parameters": [KEY, IF_MATCH, IF_NONE_MATCH, ENCODING, *PRODUCER],
+            "description": "With lease, the key is attached to that lease: deleted when it "
+            "ends (a later put without it detaches it). With ttl, a new lease is granted "
+            "for this key alone.",
+            "parameters": [
+                KEY,
+                IF_MATCH,
+                IF_NONE_MATCH,
+                ENCODING,
+                LEASE_PARAM,
+                TTL_PARAM,
+                FENCING,
+                *PRODUCER,
+            ],
             "requestBody": _RAW_BODY,
             "responses": write_responses(
                 json_content(
                     {
                         "type": "object",
-                        "properties": {"key": BYTES, "version": {"type": "integer"}},
+                        "properties": {
+                            "key": BYTES,
+                            "version": {"type": "integer"},
+                            "lease": {
+                                "type": ["integer", "null"],
+                                "description": f"With ttl: the new lease's id. {_OTHER_WRITE}",
+                            },
+                        },
                     },
                     "Written",
                 ),
                 400,
+                404,
                 409,
                 412,
                 413,
+                429,
                 503,
             ),
         },
@@ -73,6 +99,7 @@ def _key_paths() -> dict[str, Any]:
                     "description": "op=incr: the signed 64-bit amount to add (default 1).",
                 },
                 _KEY_ENCODING,
+                FENCING,
                 *PRODUCER,
             ],
             "requestBody": {
@@ -108,7 +135,7 @@ def _key_paths() -> dict[str, Any]:
         },
         "delete": {
             "summary": "Delete a key (If-Match supported)",
-            "parameters": [KEY, IF_MATCH, *PRODUCER],
+            "parameters": [KEY, IF_MATCH, FENCING, *PRODUCER],
             "responses": write_responses(
                 json_content(
                     {"type": "object", "properties": {"version": {"type": "integer"}}},
@@ -162,7 +189,7 @@ def _txn() -> dict[str, Any]:
         "(not_an_integer, integer_overflow: 409; a result too large: 413) fails the whole "
         "transaction with no effect. At most --max-txn-ops (1024 by default, at most "
         f"{MAX_TXN_OPS}) compares and ops in all.",
-        "parameters": [ENCODING, *PRODUCER],
+        "parameters": [ENCODING, FENCING, *PRODUCER],
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Txn"}}},
@@ -170,8 +197,10 @@ def _txn() -> dict[str, Any]:
         "responses": write_responses(
             json_content({"$ref": "#/components/schemas/TxnResult"}, "Applied"),
             400,
+            404,
             409,
             413,
+            429,
             503,
         ),
     }

@@ -35,7 +35,10 @@ def node_paths() -> dict[str, Any]:
                 "and watch batches made to wait so far). security: tls, auth_enabled, "
                 "loopback_only (--listen is loopback), insecure_no_auth (--insecure-no-auth) "
                 "and warning (set while the port is open beyond loopback without TLS or "
-                "auth).",
+                "auth). leases: count (the leases this node tracks), expiring (whether "
+                "it expires them: the leader, once its clock is promoted) and the lease "
+                "limits (--max-leases, --max-lease-ttl, --max-lease-attachments, "
+                "--max-lock-waiters, --max-lock-wait).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from http_api.encoding import MAX_VERSION
 from http_api.openapi_common import BYTES, ERROR, INT64
 from node.service.kv import (
     MAX_TRANSACTIONAL_ID_BYTES,
@@ -14,6 +15,7 @@ from node.service.kv import (
 from node.state.commands import MAX_TXN_OPS
 
 _INTEGER = {"type": "integer"}
+_LEASE_ID = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
 _OTHER_WRITE = (
     "null when this is the remembered answer (Rkv-Duplicate: true) to an earlier write "
     "of another kind that used the same producer sequence: nothing was applied."
@@ -87,7 +89,13 @@ def _txn_schemas() -> dict[str, Any]:
         },
         "Op": {
             "oneOf": [
-                _txn_op("put", "Set the key", value=(BYTES, True)),
+                _txn_op(
+                    "put",
+                    "Set the key; with lease, attached to that lease (docs/LEASES.md: "
+                    "404 lease_not_found, 403 lease_not_owned, 429 too_many_lease_attachments)",
+                    value=(BYTES, True),
+                    lease=(_LEASE_ID, False),
+                ),
                 _txn_op("delete", "Delete the key"),
                 _txn_op("get", "Read the key as the txn sees it at this point"),
                 _checkpoint_op("put", "Set the checkpoint", value=(BYTES, True)),
@@ -125,7 +133,17 @@ def _txn_schemas() -> dict[str, Any]:
         },
         "OpResult": {
             "oneOf": [
-                _txn_op_result("put", "Written", "version", "create_version"),
+                _object(
+                    ["op", "key", "version", "create_version"],
+                    {
+                        "op": {"const": "put"},
+                        "key": BYTES,
+                        "version": _INTEGER,
+                        "create_version": _INTEGER,
+                        "lease": {**_LEASE_ID, "description": "The put's lease, if it had one"},
+                    },
+                    description="Written",
+                ),
                 _object(
                     ["op", "checkpoint", "version", "create_version"],
                     {
@@ -268,6 +286,11 @@ def schemas() -> dict[str, Any]:
                 "message": {"type": "string"},
                 "current_version": _INTEGER,
                 "leader_url": {"type": "string"},
+                "token": {
+                    "type": ["integer", "null"],
+                    "description": "fenced, lock_held: the lock holder's fencing token "
+                    "(null: nobody holds it)",
+                },
             },
         ),
         "ScanPage": {

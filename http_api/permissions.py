@@ -17,6 +17,12 @@ checked.
   readwrite, on each key of BOTH branches (either may run). A replicator's
   checkpoint ops are checked on the checkpoint's internal key,
   ``\\x00rkv/checkpoints/NAME``;
+- leases: ``authenticated`` (a lease's owner, or an admin, is checked by the
+  lease service: 403 ``lease_not_owned``);
+- locks and elections: ``write`` on the lock's internal key
+  ``\\x00rkv/locks/NAME`` to lock, unlock, campaign, proclaim and resign,
+  ``read`` on it to look or observe (a prefix permission on
+  ``\\x00rkv/locks/jobs/`` covers every lock under ``jobs/``);
 - ``admin``: the cluster endpoints and the management of users and roles.
 """
 
@@ -27,10 +33,12 @@ import enum
 from aiohttp import web
 
 from http_api.encoding import key_from_path, raw_query
+from http_api.lease_input import lock_name
 from node.errors import PermissionDenied
 from node.service.auth import Principal
 from node.state.auth_records import PermissionKind, describe_key
 from node.state.commands import Txn, TxnAppend, TxnDelete, TxnGet, TxnIncr, TxnOp, TxnPut
+from node.state.leases import lock_key
 
 
 class Need(enum.Enum):
@@ -40,11 +48,16 @@ class Need(enum.Enum):
     WRITE_KEY = "write on the key"
     READWRITE_KEY = "readwrite on the key"
     READ_PREFIX = "read on the prefix"
+    READ_LOCK = "read on the lock"
+    WRITE_LOCK = "write on the lock"
     TXN = "per op"
     ADMIN = "admin"
 
 
 KV = "/v1/kv/{key}"
+LEASE = "/v1/leases/{id}"
+LOCK = "/v1/locks/{name}"
+ELECTION = "/v1/elections/{name}"
 ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     # probes and discovery
     ("GET", "/livez"): Need.OPEN,
@@ -63,6 +76,21 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", "/v1/watch"): Need.READ_PREFIX,
     ("POST", "/v1/txn"): Need.TXN,
     ("POST", "/v1/producers"): Need.AUTHENTICATED,
+    # leases (the service checks who owns one), locks and elections
+    ("POST", "/v1/leases"): Need.AUTHENTICATED,
+    ("GET", "/v1/leases"): Need.AUTHENTICATED,
+    ("POST", "/v1/leases/keepalive"): Need.AUTHENTICATED,
+    ("GET", "/v1/leases/keepalive"): Need.AUTHENTICATED,
+    ("GET", LEASE): Need.AUTHENTICATED,
+    ("DELETE", LEASE): Need.AUTHENTICATED,
+    ("POST", LEASE + "/keepalive"): Need.AUTHENTICATED,
+    ("POST", LOCK): Need.WRITE_LOCK,
+    ("DELETE", LOCK): Need.WRITE_LOCK,
+    ("GET", LOCK): Need.READ_LOCK,
+    ("POST", ELECTION): Need.WRITE_LOCK,
+    ("PUT", ELECTION): Need.WRITE_LOCK,
+    ("DELETE", ELECTION): Need.WRITE_LOCK,
+    ("GET", ELECTION): Need.READ_LOCK,
     # the cluster
     ("GET", "/v1/checkpoints"): Need.ADMIN,
     ("GET", "/v1/cluster/members"): Need.ADMIN,
@@ -121,6 +149,10 @@ def authorize(need: Need, principal: Principal, request: web.Request) -> None:
     if need is Need.ADMIN:
         if not principal.admin:
             raise PermissionDenied(f"{principal.name} needs admin")
+        return
+    if need in (Need.READ_LOCK, Need.WRITE_LOCK):
+        kind = PermissionKind.READ if need is Need.READ_LOCK else PermissionKind.WRITE
+        _require_key(principal, lock_key(lock_name(request.match_info["name"])), kind)
         return
     if need is Need.READ_PREFIX:
         prefix = raw_query(request).get("prefix", b"")

@@ -42,7 +42,6 @@ import base64
 import contextlib
 import json
 import logging
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +51,11 @@ from http_api.connections import HttpLimits
 from http_api.encoding import encoding_param, int_param, raw_query
 from http_api.fair_share import in_thread, pace
 from http_api.kv_api import KvApi
+from http_api.long_poll import client_gone
+from http_api.stream_slots import STREAMS
 from http_api.streaming import write_or_give_up
 from http_api.watch_tail import ChangeTail
-from node.errors import LimitReached, NodeNotReady, RequestError, Unavailable
+from node.errors import NodeNotReady
 from node.service.types import Record, RecordOp
 
 logger = logging.getLogger(__name__)
@@ -121,10 +122,6 @@ class HeadTicker:
         self._waiting = 0
         self._task: asyncio.Task[None] | None = None
         self.closed = False
-        self.watches = 0
-        """Open watch streams (their handlers have not returned yet)."""
-        self.by_address: Counter[str] = Counter()
-        """Open watch streams by client address."""
 
     async def wait(self, beyond: int, timeout: float) -> None:
         """Return once the head is above ``beyond``, after ``timeout`` s, or on close."""
@@ -173,11 +170,6 @@ class HeadTicker:
             self._task.cancel()
 
 
-def _gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
 def _next_batch(
     kv: KvApi, prefix: bytes, position: int, head: int, encoding: str
 ) -> tuple[bytes, int]:
@@ -202,7 +194,7 @@ async def _stream(
     loop = asyncio.get_running_loop()
     keepalive = kv.watch_keepalive
     last_sent = loop.time()
-    while not ticker.closed and not _gone(request):
+    while not ticker.closed and not client_gone(request):
         reason = kv.unreadable_reason()
         if reason is not None:
             await response.write(
@@ -245,25 +237,6 @@ TICKER = web.AppKey("watch_ticker", HeadTicker)
 TAIL = web.AppKey("watch_tail", ChangeTail)
 
 
-def _watch_refusal(ticker: HeadTicker, limits: HttpLimits, address: str) -> RequestError | None:
-    if ticker.watches >= limits.max_watches:
-        busy = Unavailable(
-            f"this node serves {ticker.watches} watches, its --max-watches",
-            code="too_many_watches",
-        )
-        busy.retry_after = 1.0
-        return busy
-    if ticker.by_address[address] >= limits.max_watches_per_address:
-        crowded = LimitReached(
-            f"{address} holds {ticker.by_address[address]} watches on this node, its "
-            "--max-watches-per-address",
-            code="too_many_watches_per_address",
-        )
-        crowded.retry_after = 1.0
-        return crowded
-    return None
-
-
 def add_routes(
     app: web.Application, service_key: web.AppKey[KvApi], limits_key: web.AppKey[HttpLimits]
 ) -> None:
@@ -289,49 +262,40 @@ def add_routes(
         if reason is not None:
             raise NodeNotReady(f"this node serves no reads: {reason}")
         ticker = request.app[TICKER]
-        address = request.remote or "?"
-        refusal = _watch_refusal(ticker, request.app[limits_key], address)
-        if refusal is not None:
-            raise refusal
-        head = kv.applied_offset
-        position = head + 1 if from_offset is None else max(from_offset, 1)
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": NDJSON,
-                "Cache-Control": "no-store",
-                "Rkv-Head-Offset": str(head),
-                "Rkv-Watch-From": str(position),
-            }
-        )
-        ticker.watches += 1
-        ticker.by_address[address] += 1
-        try:
-            await response.prepare(request)
-            await _stream(
-                request,
-                response,
-                kv,
-                ticker=ticker,
-                tail=request.app[TAIL],
-                prefix=prefix,
-                encoding=encoding,
-                position=position,
+        # Refused (too many watches) before anything is sent; counted until the end.
+        with request.app[STREAMS].hold(request.app[limits_key], request.remote or "?"):
+            head = kv.applied_offset
+            position = head + 1 if from_offset is None else max(from_offset, 1)
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": NDJSON,
+                    "Cache-Control": "no-store",
+                    "Rkv-Head-Offset": str(head),
+                    "Rkv-Watch-From": str(position),
+                }
             )
-            await response.write_eof()
-        except ConnectionError:
-            pass  # the client went away: nothing to finish
-        except Exception:
-            logger.exception("the change feed from offset %d failed", position)
-            with contextlib.suppress(ConnectionError):
-                await response.write(
-                    error_line("internal_error", "the change feed failed; see the node's log")
+            try:
+                await response.prepare(request)
+                await _stream(
+                    request,
+                    response,
+                    kv,
+                    ticker=ticker,
+                    tail=request.app[TAIL],
+                    prefix=prefix,
+                    encoding=encoding,
+                    position=position,
                 )
                 await response.write_eof()
-        finally:
-            ticker.watches -= 1
-            ticker.by_address[address] -= 1
-            if ticker.by_address[address] <= 0:
-                del ticker.by_address[address]
+            except ConnectionError:
+                pass  # the client went away: nothing to finish
+            except Exception:
+                logger.exception("the change feed from offset %d failed", position)
+                with contextlib.suppress(ConnectionError):
+                    await response.write(
+                        error_line("internal_error", "the change feed failed; see the node's log")
+                    )
+                    await response.write_eof()
         return response
 
     app.router.add_route("GET", "/v1/watch", watch)

@@ -16,6 +16,7 @@ from http_api.connections import (
 )
 from http_api.fair_share import SHARES
 from http_api.kv_api import KvApi
+from http_api.lease_api import LeaseApi
 from http_api.routes_audit import AuditApi
 from http_api.tls import ServerTls, server_context
 
@@ -33,6 +34,7 @@ class HttpServer:
         *,
         tls: ServerTls | None = None,
         auth: AuthApi | None = None,
+        leases: LeaseApi | None = None,
     ) -> None:
         """``tls``: serve HTTPS only, with that certificate (its files are read now:
         a bad one raises OSError or ssl.SSLError before anything is served)."""
@@ -49,7 +51,7 @@ class HttpServer:
             # an hour: a client could hold thousands of sockets for nothing).
             "keepalive_timeout": self.limits.idle_timeout,
         }
-        app = build_app(service, audits, self.limits, auth)
+        app = build_app(service, audits, self.limits, auth, leases)
         self.counts.shares = app[SHARES]
         self._runner = web.AppRunner(
             app,

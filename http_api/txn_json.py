@@ -3,15 +3,17 @@
 Request::
 
     {"compare": [{"key": K, "version": N} | {"key": K, "value": V} | {"key": K, "exists": B}],
-     "success": [{"op": "put", "key": K, "value": V} | {"op": "delete", "key": K}
+     "success": [{"op": "put", "key": K, "value": V, "lease"?: ID} | {"op": "delete", "key": K}
                  | {"op": "get", "key": K} | {"op": "incr", "key": K, "by": N}
                  | {"op": "append", "key": K, "value": V}],
      "failure": [...same ops...]}
 
 Keys and values are base64 unless ``?encoding=utf-8``. Instead of ``key``, a
 compare, put or get may name ``"checkpoint": NAME``: a replicator's internal
-checkpoint record (node/keyspace.py), committed atomically with its data. A version compare of 0
-means "does not exist". The whole transaction is one raft entry: atomic on
+checkpoint record (node/keyspace.py), committed atomically with its data. A
+version compare of 0 means "does not exist". A put's ``lease`` attaches the key
+to that lease (docs/LEASES.md; the route checks that the caller may use it);
+the put's result repeats it. The whole transaction is one raft entry: atomic on
 every replica. An incr or append that fails (not an integer, overflow, too
 large) fails the whole transaction with 409/413 and no effect. A transaction
 holds at most MAX_TXN_OPS compares and ops together.
@@ -24,6 +26,7 @@ from typing import Any
 from http_api.bodies import json_integer
 from http_api.encoding import MAX_VERSION, decode_bytes, encode_bytes
 from http_api.kv_api import KvApi
+from http_api.lease_input import lease_id
 from node.errors import InvalidRequest, PayloadTooLarge
 from node.keyspace import (
     CHECKPOINTS_PREFIX,
@@ -108,7 +111,11 @@ def _op(item: Any, encoding: str, kv: KvApi, where: str) -> TxnOp:
             raise InvalidRequest(f"{where} (put) needs a value")
         value = decode_bytes(item["value"], encoding, f"{where}.value")
         kv.check_value(value)
-        return TxnPut(key, value)
+        if "lease" not in item:
+            return TxnPut(key, value)
+        if is_checkpoint(key):
+            raise InvalidRequest(f"{where}: a checkpoint is never attached to a lease")
+        return TxnPut(key, value, lease_id(item["lease"], f"{where}.lease"))
     if kind == "delete":
         return TxnDelete(key)
     if kind == "get":
@@ -155,11 +162,20 @@ def parse_txn(body: Any, encoding: str, kv: KvApi) -> Txn:
     )
 
 
-def render_txn_result(result: CommandResult, encoding: str) -> dict[str, Any]:
-    """The answer to a transaction that ran (KvService.txn raised for any other)."""
+def txn_leases(txn: Txn) -> set[int]:
+    """The leases the txn's puts (in either branch) attach keys to."""
+    return {op.lease for op in (*txn.success, *txn.failure) if isinstance(op, TxnPut) and op.lease}
+
+
+def render_txn_result(result: CommandResult, encoding: str, txn: Txn) -> dict[str, Any]:
+    """The answer to ``txn``, which ran (KvService.txn raised for any other)."""
+    ran = txn.success if result.succeeded else txn.failure
     rendered: list[dict[str, Any]] = []
-    for op in result.op_results:
+    for index, op in enumerate(result.op_results):
         item: dict[str, Any] = {"op": op.op}
+        asked = ran[index] if index < len(ran) else None
+        if isinstance(asked, TxnPut) and asked.lease and op.op == "put":
+            item["lease"] = asked.lease
         if is_checkpoint(op.key):
             item["checkpoint"] = op.key[len(CHECKPOINTS_PREFIX) :].decode()
         else:

@@ -22,7 +22,8 @@ for business outcomes inside apply (a failed compare-and-set is a
         ├── KeyNotFound               the key does not exist
         ├── VersionConflict           a precondition on the key's version failed
         ├── Conflict                  the request conflicts with the cluster's state
-        │   └── Fenced                a write's fencing token is not the lock holder's
+        │   ├── Fenced                a write's fencing token is not the lock holder's
+        │   └── LockHeld              a lock was not got within its timeout
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
         ├── AuditExportFailed         this node's export of an audit failed
         ├── LimitReached              a bounded resource is full (``code`` names the limit)
@@ -180,6 +181,17 @@ class Fenced(Conflict):
     ``token`` is the current holder's token, None when nobody holds the lock."""
 
     code = "fenced"
+
+    def __init__(self, message: str, token: int | None) -> None:
+        super().__init__(message)
+        self.token = token
+
+
+class LockHeld(Conflict):
+    """A lock or campaign request did not get the lock within its timeout (409) and left
+    its queue. ``token`` is the current holder's token, None when nobody holds it now."""
+
+    code = "lock_held"
 
     def __init__(self, message: str, token: int | None) -> None:
         super().__init__(message)

@@ -288,11 +288,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--max-watches",
-        help=f"open /v1/watch streams on this node (RKV_MAX_WATCHES, {DEFAULT_MAX_WATCHES})",
+        help="open /v1/watch streams and election observers on this node (RKV_MAX_WATCHES, "
+        f"{DEFAULT_MAX_WATCHES})",
     )
     add(
         "--max-watches-per-address",
-        help="open /v1/watch streams from one client address (RKV_MAX_WATCHES_PER_ADDRESS, "
+        help="open /v1/watch streams and election observers from one client address "
+        "(RKV_MAX_WATCHES_PER_ADDRESS, "
         f"{DEFAULT_MAX_WATCHES_PER_ADDRESS})",
     )
     add(

@@ -117,6 +117,7 @@ async def serve(
             security=lambda: security_status(config, auth.enabled),
             max_leases=config.leases.max_leases,
             max_lease_ttl=config.leases.max_lease_ttl,
+            lease_status=leases.status,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))
@@ -144,6 +145,7 @@ async def serve(
             limits,
             tls=config.tls.server,
             auth=auth,
+            leases=leases,
         )
         await http.start()
         logger.info(

@@ -239,7 +239,9 @@ class KvService:
         security: Callable[[], dict[str, Any]] | None = None,
         max_leases: int = DEFAULT_MAX_LEASES,
         max_lease_ttl: int = DEFAULT_MAX_LEASE_TTL,
+        lease_status: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self._lease_status = lease_status
         self._max_leases = max_leases
         self._max_lease_ttl = max_lease_ttl
         self._member_url_changes = member_url_changes
@@ -716,6 +718,8 @@ class KvService:
         }
         if self._security is not None:
             status["security"] = self._security()
+        if self._lease_status is not None:
+            status["leases"] = self._lease_status()
         return status
 
     # -- replicator checkpoints --------------------------------------------------------

@@ -16,8 +16,17 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from node.errors import Conflict, Forbidden, InvalidRequest, KeyNotFound, LimitReached, RequestError
+from node.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    KeyNotFound,
+    LimitReached,
+    LockHeld,
+    RequestError,
+)
 from node.service.kv import ConsensusLog, result_error
 from node.service.lease_clock import LeaseClock
 from node.service.lease_types import Caller, LeaseInfo, LockHolder, LockInfo, Renewal
@@ -128,6 +137,20 @@ class LeaseService:
     @property
     def limits(self) -> LeaseLimits:
         return self._limits
+
+    def status(self) -> dict[str, Any]:
+        """/v1/status ``leases``: how many this node tracks, whether it expires them (it
+        leads and has promoted its clock), and the limits."""
+        limits = self._limits
+        return {
+            "count": len(self._clock),
+            "expiring": self._clock.promoted and self._consensus.is_leader(),
+            "max_leases": limits.max_leases,
+            "max_lease_ttl": limits.max_lease_ttl,
+            "max_lease_attachments": limits.max_lease_attachments,
+            "max_lock_waiters": limits.max_lock_waiters,
+            "max_lock_wait": limits.max_lock_wait,
+        }
 
     # -- fed by the state machine ------------------------------------------------------
 
@@ -254,8 +277,8 @@ class LeaseService:
                         listed.append(info)
                         if len(listed) == limit:
                             break
-                if len(page) < MAX_LISTED:
-                    return listed, None
+                if len(listed) < limit and len(page) < MAX_LISTED:
+                    return listed, None  # the scan reached the last lease
         return listed, listed[-1].lease_id
 
     # -- expiry (the leader) --------------------------------------------------------------
@@ -334,7 +357,9 @@ class LeaseService:
                         assert holder is not None
                         return holder
                     if result.succeeded:  # held, and already lost again
-                        raise Conflict(f"lock {name} was lost at once", code="lock_held")
+                        holder = self._holder(name, lock)
+                        token = None if holder is None else holder.token
+                        raise LockHeld(f"lock {name} was lost at once", token)
                     if self._record(lease_id) is None and not self._ahead(lock, lease_id):
                         raise KeyNotFound(
                             f"lease {lease_id} ended while waiting", code="lease_expired"
@@ -349,9 +374,10 @@ class LeaseService:
                 raise
         await self._leave_queue(name, lease_id)
         current = self._holder(name, self._lock_record(name))
-        token = "" if current is None else f" (token {current.token})"
-        raise Conflict(
-            f"lock {name} is held by another lease{token}; waited {timeout:g}s", code="lock_held"
+        held_by = "" if current is None else f" (token {current.token})"
+        raise LockHeld(
+            f"lock {name} is held by another lease{held_by}; waited {timeout:g}s",
+            None if current is None else current.token,
         )
 
     def _ahead(self, lock: LockRecord | None, lease_id: int) -> bool:

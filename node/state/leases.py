@@ -64,10 +64,12 @@ def lock_name_problem(name: object) -> str | None:
         not isinstance(name, str)
         or not 0 < len(name) <= MAX_LOCK_NAME_CHARS
         or not _LOCK_NAME.fullmatch(name)
+        or any(part in ("", ".", "..") for part in name.split("/"))
     ):
         return (
             f"a lock name is 1 to {MAX_LOCK_NAME_CHARS} characters of "
-            f"A-Z a-z 0-9 . _ : / @ -, not {name!r:.80}"
+            "A-Z a-z 0-9 . _ : / @ -, in /-separated parts that are neither empty nor "
+            f". or .. (a URL path would lose them), not {name!r:.80}"
         )
     return None
 

@@ -3,8 +3,11 @@
 Each runs the real workload against a 3-node cluster of real processes whose raft
 links go through the TCP proxy, under one family of faults, then heals and runs
 every check: linearizability per key, stale reads, lost acknowledged writes,
-replica convergence, the idempotent counter. Any anomaly fails the test with
-its history excerpt.
+replica convergence, the idempotent counter. The ``locks`` campaign adds the lock
+workload: four client processes contend for one lock and write under it with
+fencing tokens while nemeses also pause the holder past its lease's TTL and kill
+it (tests/chaos/rig/lock_checker.py checks the tokens and the writes). Any anomaly
+fails the test with its history excerpt.
 """
 
 from __future__ import annotations
@@ -24,9 +27,17 @@ from tests.support.secured import secure
 CAMPAIGNS = [
     # With TLS and auth on: the wipes rebuild members over HTTPS with member tokens, the
     # workload and the idempotent producers authenticate with root's token.
-    pytest.param(["kill", "pause", "compact", "wipe"], 11, id="tls-auth-kill-pause-compact-wipe"),
-    pytest.param(["partition"], 12, id="partition"),
-    pytest.param(["crash_all", "kill"], 13, id="crash-kill"),
+    pytest.param(
+        ["kill", "pause", "compact", "wipe"], 11, 0, id="tls-auth-kill-pause-compact-wipe"
+    ),
+    pytest.param(["partition"], 12, 0, id="partition"),
+    pytest.param(["crash_all", "kill"], 13, 0, id="crash-kill"),
+    pytest.param(
+        ["kill", "pause", "partition", "pause_client", "kill_client"],
+        14,
+        4,
+        id="locks-kill-pause-partition",
+    ),
 ]
 
 
@@ -53,9 +64,13 @@ def credentials(
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize(("nemeses", "seed"), CAMPAIGNS)
+@pytest.mark.parametrize(("nemeses", "seed", "lock_clients"), CAMPAIGNS)
 def test_a_short_campaign_finds_no_anomaly(
-    cluster: ProxiedCluster, credentials: Credentials | None, nemeses: list[str], seed: int
+    cluster: ProxiedCluster,
+    credentials: Credentials | None,
+    nemeses: list[str],
+    seed: int,
+    lock_clients: int,
 ) -> None:
     result = run_campaign(
         cluster,
@@ -63,11 +78,18 @@ def test_a_short_campaign_finds_no_anomaly(
         duration=35.0,
         nemeses=nemeses,
         seed=seed,
-        config=WorkloadConfig(keys=4, workers=5),
+        config=WorkloadConfig(keys=4, workers=3 if lock_clients else 5),
         progress=print,
         credentials=credentials,
+        lock_clients=lock_clients,
     )
     summary = result.summary()
     print(summary)
     assert_passed(result)
     assert result.counter["acknowledged"] > 0
+    if lock_clients:
+        # The lock changed hands, writes were accepted under it, and some were fenced:
+        # every lapsing holder writes until it is refused.
+        locks = result.locks
+        assert locks["holders"] >= 3 and locks["writes_acked"] > 0, locks
+        assert locks["writes_fenced"] > 0, locks

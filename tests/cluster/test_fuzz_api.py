@@ -35,15 +35,19 @@ RUN_SECONDS = 240
 
 
 def left_out() -> set[str]:
-    """Operations the configuration disables, as "METHOD /path"."""
-    operations = tomllib.loads(CONFIG.read_text())["operations"]
-    paths = {op["include-path"] for op in operations if op.get("enabled") is False}
-    assert all(isinstance(path, str) for path in paths), "one path per disabled entry"
+    """Operations the configuration disables, as "METHOD /path" (an entry names one
+    operation, or a path: every method of it)."""
+    disabled = [
+        op for op in tomllib.loads(CONFIG.read_text())["operations"] if op.get("enabled") is False
+    ]
+    names = {op["include-name"] for op in disabled if "include-name" in op}
+    paths = {op["include-path"] for op in disabled if "include-path" in op}
+    assert len(names) + len(paths) == len(disabled), "one name or path per disabled entry"
     return {
         f"{method.upper()} {path}"
         for path, item in openapi_document()["paths"].items()
-        if path in paths
         for method in item
+        if path in paths or f"{method.upper()} {path}" in names
     }
 
 

@@ -271,9 +271,21 @@ def test_one_snapshot_seeds_every_member_of_a_new_three_node_cluster(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     write_keys(cluster.leader().url)
+    # A lease and a key attached to it: lease state is records, restored like keys.
+    granted = http("POST", f"{cluster.leader().url}/v1/leases", body=b'{"ttl": 600}')
+    assert granted.status == 200, granted.body
+    lease = granted.json()["id"]
+    attached = http("PUT", f"{cluster.leader().url}/v1/kv/leased?lease={lease}", body=b"x")
+    assert attached.status == 200, attached.body
     before = state(cluster.leader().url)
     path = tmp_path / "seed.snapshot"
-    assert save_snapshot(cluster.followers()[0].url, path) == 0
+    follower = cluster.followers()[0]
+    wait_until(
+        functools.partial(same_state, follower.url, "consistency=stale", before),
+        30,
+        "the follower to apply the lease",
+    )
+    assert save_snapshot(follower.url, path) == 0
     seeded = LocalCluster(tmp_path / "seeded")
     for node in seeded.nodes:
         assert restore_snapshot_command(path, node.data_dir) == 0
@@ -281,6 +293,10 @@ def test_one_snapshot_seeds_every_member_of_a_new_three_node_cluster(
         seeded.start()
         leader = seeded.leader()
         assert state(leader.url) == before
+        info = http("GET", f"{leader.url}/v1/leases/{lease}?encoding=utf-8")
+        assert info.status == 200 and info.json()["keys"] == ["leased"], info.body
+        revoked = http("DELETE", f"{leader.url}/v1/leases/{lease}")
+        assert revoked.status == 200 and revoked.json()["deleted_keys"] == 1, revoked.body
         last = 0
         for k in range(30):
             response = http("PUT", f"{leader.url}/v1/kv/new%2F{k}", body=b"x")

@@ -51,6 +51,8 @@ from node.state.commands import (
     decode_entry,
     encode_entry,
 )
+from node.state.lease_commands import LeasedPut, LeaseGrant, Lock
+from node.state.leases import LEASES_PREFIX, lease_id_of, lease_key, lock_key
 from node.state.results import ResultCode
 from node.storage import key_order
 from node.storage.config import StorageConfig
@@ -580,3 +582,25 @@ def test_the_audit_directory_setting() -> None:
     assert parse([], {}) == Path("/tmp/x/audit")
     assert parse([], {"RKV_AUDIT_DIR": "/shared/audits"}) == Path("/shared/audits")
     assert parse(["--audit-dir", "/flag"], {"RKV_AUDIT_DIR": "/env"}) == Path("/flag")
+
+
+def test_leases_and_locks_are_exported_like_any_record(
+    storage: NodeStorage, exporter: AuditExporter, tmp_path: Path
+) -> None:
+    """The audit compares lease state across replicas as it compares keys: its records
+    (node/state/leases.py) are in the export."""
+    apply(storage, LeaseGrant(60_000, "alice", 10, 10))
+    with storage.store.reader() as view:
+        ((key, _),) = view.scan(LEASES_PREFIX, None, 10, include_internal=True)
+    lease_id = lease_id_of(key)
+    apply(storage, LeasedPut(b"owned", b"v", None, lease_id), Lock("jobs/a", lease_id, b"", 5))
+    apply(storage, AuditCut("leases", ()))
+    _, expected = state_of(storage)
+    status = wait_status(exporter, "leases")
+    assert status.state == DONE, status
+    directory = export_directory(tmp_path / "audits", "leases", "n1")
+    exported = replay(read_bucket(directory / bucket_name(0)))
+    assert exported == expected
+    lease_state = {k for k in exported if k.startswith(RESERVED_PREFIX + b"lease")}
+    assert lease_key(lease_id) in lease_state and len(lease_state) >= 4  # count, attachments
+    assert lock_key("jobs/a") in exported

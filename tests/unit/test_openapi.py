@@ -34,6 +34,7 @@ from http_api.openapi import openapi_document
 from node.errors import InvalidRequest
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
 from node.service.kv import Consistency, ScanPage, member_problem
+from node.service.lease_types import Fence
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
@@ -67,23 +68,46 @@ class NoService:
         value: bytes,
         expected_version: int | None = None,
         producer: ProducerTag | None = None,
+        *,
+        lease: int | None = None,
+        ttl: int | None = None,
+        fence: Fence | None = None,
     ) -> CommandResult:
         raise NotImplementedError
 
     async def delete(
-        self, key: bytes, expected_version: int | None = None, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        expected_version: int | None = None,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult:
         raise NotImplementedError
 
-    async def incr(self, key: bytes, by: int, producer: ProducerTag | None = None) -> CommandResult:
+    async def incr(
+        self,
+        key: bytes,
+        by: int,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> CommandResult:
         raise NotImplementedError
 
     async def append(
-        self, key: bytes, suffix: bytes, producer: ProducerTag | None = None
+        self,
+        key: bytes,
+        suffix: bytes,
+        producer: ProducerTag | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> CommandResult:
         raise NotImplementedError
 
-    async def txn(self, txn: Txn, producer: ProducerTag | None = None) -> CommandResult:
+    async def txn(
+        self, txn: Txn, producer: ProducerTag | None = None, *, fence: Fence | None = None
+    ) -> CommandResult:
         raise NotImplementedError
 
     async def init_producer(self, transactional_id: str | None) -> CommandResult:
@@ -283,6 +307,17 @@ def test_the_producer_headers_are_documented_on_every_write() -> None:
         assert set(PRODUCER_HEADERS) <= headers, (method, path)
         assert "Rkv-Duplicate" in operation["responses"]["200"]["headers"], (method, path)
         assert "409" in operation["responses"], (method, path)
+
+
+def test_the_fencing_header_is_documented_on_every_write() -> None:
+    paths = openapi_document()["paths"]
+    writes = {("post", "/v1/txn")} | {(m, "/v1/kv/{key}") for m in ("put", "delete", "post")}
+    for method, path in writes:
+        operation = paths[path][method]
+        headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+        assert "Rkv-Fencing" in headers, (method, path)
+    put = {p["name"] for p in paths["/v1/kv/{key}"]["put"]["parameters"] if p["in"] == "query"}
+    assert {"lease", "ttl"} <= put
 
 
 # -- the document and the server agree (findings of tests/cluster/test_fuzz_api.py) ----

@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestServer
 
 from http_api.app import build_app
 from http_api.routes_watch import TICKER, HeadTicker, change_line
+from http_api.stream_slots import STREAMS
 from node.cli.settings import add_node_arguments, node_config
 from node.errors import ConfigError
 from node.keyspace import RESERVED_PREFIX
@@ -219,6 +220,7 @@ async def test_new_changes_and_keepalives_arrive_and_a_disconnect_ends_the_handl
     server, _ = served
     append(storage, put(1, b"old", b"1"))
     ticker: HeadTicker = server.app[TICKER]
+    streams = server.app[STREAMS]
     async with (
         ClientSession(timeout=ClientTimeout(total=None)) as session,
         session.get(server.make_url("/v1/watch?encoding=utf-8&prefix=n")) as response,
@@ -236,9 +238,9 @@ async def test_new_changes_and_keepalives_arrive_and_a_disconnect_ends_the_handl
             "create_version": 2,
         }
         assert await read_line(response.content) == {"keepalive": True, "head": 3}
-        assert ticker.watches == 1
+        assert streams.open == 1
     # the client went away: the handler notices and returns, and the shared poll stops
-    await wait_for(lambda: ticker.watches == 0 and ticker.waiting == 0 and not ticker.polling)
+    await wait_for(lambda: streams.open == 0 and ticker.waiting == 0 and not ticker.polling)
 
 
 @pytest.mark.asyncio
@@ -281,7 +283,7 @@ async def test_server_shutdown_ends_open_watches_at_once(storage: NodeStorage) -
             responses = [
                 await session.get(server.make_url(f"/v1/watch?from={i}")) for i in (0, 1, 5)
             ]
-            await wait_for(lambda: server.app[TICKER].watches == 3)
+            await wait_for(lambda: server.app[STREAMS].open == 3)
             started = time.monotonic()
             await asyncio.wait_for(server.close(), 5)
             assert time.monotonic() - started < 1.5

@@ -1,7 +1,9 @@
 """A campaign: a workload under scheduled faults, then healing and every check.
 
-1. Clients contend on a few keys (tests/chaos/rig/workload.py), and idempotent
-   producers increment a counter (http_api/client producers), while
+1. Clients contend on a few keys (tests/chaos/rig/workload.py), idempotent
+   producers increment a counter (http_api/client producers), and, when asked,
+   lock clients contend for one lock and write under it with fencing tokens
+   (tests/chaos/rig/lock_workload.py), while
 2. nemeses (tests/chaos/rig/nemesis.py), picked by a seeded RNG, are injected,
    held, and healed, with quiet periods between. After each injection and
    each heal, a probe measures how long until the cluster accepts a write.
@@ -11,7 +13,11 @@
      linearizable read of every key is part of the history);
    - the replicas converge: every node's keys, values and versions identical;
    - the cluster accepts writes again within a bound;
-   - the counter equals the increments its producers were told succeeded.
+   - the counter equals the increments its producers were told succeeded;
+   - with the lock workload, the lock's history and its log key
+     (tests/chaos/rig/lock_checker.py): tokens strictly increase, holders'
+     writes never interleave, no stale token is accepted, no acknowledged
+     write is lost.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from typing import Any
 from http_api.client import Credentials, RkvClient
 from tests.chaos.rig.checker import Report, check_history
 from tests.chaos.rig.history import History
+from tests.chaos.rig.lock_workload import LockWorkload
 from tests.chaos.rig.nemesis import Nemesis, Network, build
 from tests.chaos.rig.workload import Workload, WorkloadConfig, final_reads
-from tests.support.cluster import LocalCluster, http, scan_all
+from tests.support.cluster import TEST_AUTH, LocalCluster, http, scan_all
 
 COUNTER_KEY = "chaos-counter"
 PROBE_TIMEOUT = 60.0
@@ -60,6 +67,9 @@ class CampaignResult:
     writes_after_heal_s: float | None
     counter: dict[str, Any]
     history: History = field(default_factory=History, repr=False)
+    locks: dict[str, int] = field(default_factory=dict)
+    """The lock checker's counts (empty without the lock workload)."""
+    lock_workload: LockWorkload | None = field(default=None, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -91,6 +101,7 @@ class CampaignResult:
             },
             "writes_after_heal_s": self.writes_after_heal_s,
             "counter": self.counter,
+            **({"locks": self.locks} if self.locks else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,13 +229,26 @@ def run_campaign(
     counter_producers: int = 2,
     progress: Callable[[str], None] = lambda message: None,
     credentials: Credentials | None = None,
+    lock_clients: int = 0,
 ) -> CampaignResult:
     """``credentials``: what the idempotent producers present (a TLS cluster's CA, a
-    token); the workload's requests use tests.support.cluster.http's defaults."""
+    token); the workload's requests use tests.support.cluster.http's defaults, and so
+    do the lock clients (``lock_clients`` processes; 0: no lock workload)."""
     rng = random.Random(seed)
     config = config or WorkloadConfig()
-    enabled: list[Nemesis] = build(nemeses, cluster, network)
     history = History()
+    locks = None
+    if lock_clients:
+        locks = LockWorkload(
+            [n.url for n in cluster.nodes],
+            cluster.base_dir / "locks",
+            history.started,
+            clients=lock_clients,
+            seed=seed,
+            headers=dict(TEST_AUTH),
+            ca_file=str(cluster.ca_file) if cluster.tls is not None else None,
+        )
+    enabled: list[Nemesis] = build(nemeses, cluster, network, locks)
     workload = Workload(lambda: [n.url for n in cluster.nodes], config, seed, history)
     counters = _Counters([n.url for n in cluster.nodes], counter_producers, credentials)
     faults: list[FaultRecord] = []
@@ -232,6 +256,8 @@ def run_campaign(
     workload.start()
     counters.start()
     try:
+        if locks is not None:
+            locks.start()
         while time.monotonic() - started < duration:
             time.sleep(rng.uniform(1.0, 3.0))
             if not enabled or time.monotonic() - started >= duration:
@@ -253,6 +279,8 @@ def run_campaign(
     finally:
         workload.stop()
         counters.stop()
+        if locks is not None:
+            locks.stop()
     progress(f"{history.now():7.1f}s healing; final reads and checks")
     _heal_everything(cluster, network)
     writes_after_heal = probe_write(cluster)
@@ -260,6 +288,12 @@ def run_campaign(
     finals = final_reads(history, leader.url, config.keys)
     converged, detail = _converge(cluster)
     report: Report = check_history(history.ops, finals)
+    anomalies = [asdict(a) for a in report.anomalies]
+    lock_counts: dict[str, int] = {}
+    if locks is not None:
+        lock_report = locks.check(leader.url)
+        anomalies += [asdict(a) for a in lock_report.anomalies]
+        lock_counts = lock_report.counts
     counted_raw = http("GET", f"{leader.url}/v1/kv/{COUNTER_KEY}")
     counted = int(counted_raw.body) if counted_raw.status == 200 else 0
     counter = {
@@ -274,13 +308,15 @@ def run_campaign(
         nemeses=nemeses,
         operations=_count(f"{op.kind}:{op.outcome}" for op in history.ops),
         faults=faults,
-        anomalies=[asdict(a) for a in report.anomalies],
+        anomalies=anomalies,
         checked_ops=report.checked_ops,
         converged=converged,
         convergence_detail=detail,
         writes_after_heal_s=writes_after_heal,
         counter=counter,
         history=history,
+        locks=lock_counts,
+        lock_workload=locks,
     )
 
 

@@ -4,7 +4,9 @@ Every nemesis acts on real node processes (tests/support/cluster.py) or on the
 raft links between them (tests/chaos/rig/netfault.py): kill -9 and restart a
 node (the leader or another), SIGSTOP / SIGCONT, a network partition, a
 full-cluster crash and restart, a follower wiped and rebuilt from the leader,
-forced compactions. ``inject`` returns what it did; ``heal`` undoes it.
+forced compactions; and on the lock workload's client processes
+(lock_nemesis.py): the lock's holder paused past its TTL, or killed. ``inject``
+returns what it did; ``heal`` undoes it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from tests.chaos.rig.lock_nemesis import KillClient, PauseClient
+from tests.chaos.rig.lock_workload import LockWorkload
 from tests.support.cluster import LocalCluster, NodeProcess, http
 
 
@@ -212,11 +216,23 @@ class Compact:
 
 
 NEMESES = ("kill", "pause", "partition", "crash_all", "wipe", "compact")
+LOCK_NEMESES = ("pause_client", "kill_client")
+"""The nemeses that need the lock workload's clients."""
 
 
-def build(names: list[str], cluster: LocalCluster, network: Network | None) -> list[Nemesis]:
+def build(
+    names: list[str],
+    cluster: LocalCluster,
+    network: Network | None,
+    locks: LockWorkload | None = None,
+) -> list[Nemesis]:
     made: list[Nemesis] = []
     for name in names:
+        if name in LOCK_NEMESES:
+            if locks is None:
+                raise ValueError(f"the {name} nemesis needs the lock workload")
+            made.append(PauseClient(locks) if name == "pause_client" else KillClient(locks))
+            continue
         if name == "kill":
             made.append(Kill(cluster))
         elif name == "pause":
@@ -232,5 +248,6 @@ def build(names: list[str], cluster: LocalCluster, network: Network | None) -> l
         elif name == "compact":
             made.append(Compact(cluster))
         else:
-            raise ValueError(f"unknown nemesis {name!r}: choose from {', '.join(NEMESES)}")
+            choices = ", ".join((*NEMESES, *LOCK_NEMESES))
+            raise ValueError(f"unknown nemesis {name!r}: choose from {choices}")
     return made

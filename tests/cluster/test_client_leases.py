@@ -274,3 +274,33 @@ def test_the_async_client_keeps_leases_and_holds_locks(kv: LocalCluster) -> None
             assert await client.leader("jobs/async-leader") is None
 
     asyncio.run(scenario())
+
+
+def test_lock_waits_fit_a_servers_lower_max_lock_wait(tmp_path: Path) -> None:
+    """A node with --max-lock-wait 2 refuses the client's default wait (300 s): the
+    client learns the limit from the refusal and waits in 2 s chunks."""
+    small = LocalCluster(tmp_path / "cluster", size=1, extra_args=["--max-lock-wait", "2"])
+    try:
+        small.start()
+        with RkvClient(small.nodes[0].url) as first, RkvClient(small.nodes[0].url) as second:
+            name = "jobs/short-waits"
+            with first.lock(name, ttl=10) as held:
+                with pytest.raises(LockHeldError) as timed_out, second.lock(name, timeout=5):
+                    pass
+                assert timed_out.value.token == held.token
+                got: list[int] = []
+                waiter = threading.Thread(
+                    target=lambda: got.append(_hold_once(second, name)), daemon=True
+                )
+                waiter.start()
+                time.sleep(5)  # the waiter asks again at least twice meanwhile
+                assert not got
+            waiter.join(60)
+            assert got and got[0] > held.token
+    finally:
+        small.stop()
+
+
+def _hold_once(client: RkvClient, name: str) -> int:
+    with client.lock(name, ttl=10) as held:
+        return held.token

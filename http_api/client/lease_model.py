@@ -35,10 +35,14 @@ def _int(raw: Any, name: str, what: str) -> int:
 
 def check_lock_name(name: str) -> str:
     """``name`` if it is a valid lock or election name, else ValueError."""
-    if not isinstance(name, str) or LOCK_NAME.fullmatch(name) is None:
+    if (
+        not isinstance(name, str)
+        or LOCK_NAME.fullmatch(name) is None
+        or any(part in ("", ".", "..") for part in name.split("/"))
+    ):
         raise ValueError(
-            f"a lock or election name is 1 to 200 characters of A-Z a-z 0-9 . _ : / @ -, "
-            f"not {name!r}"
+            "a lock or election name is 1 to 200 characters of A-Z a-z 0-9 . _ : / @ -, "
+            f"in /-separated parts that are neither empty nor . or .., not {name!r:.80}"
         )
     return name
 

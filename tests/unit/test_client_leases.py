@@ -130,7 +130,7 @@ def test_lock_names_are_checked_and_escaped() -> None:
     assert sent[0].target == "/v1/locks/a%2Fb%3Ac%40d"
     assert json.loads(sent[0].body or b"") == {"lease": 5, "timeout": 3.0}
     assert sent[0].timeout > 3  # the HTTP timeout covers the server's wait
-    for bad in ("", "a b", "x" * 201, "a=b"):
+    for bad in ("", "a b", "x" * 201, "a=b", "a//b", "/a", "a/", "./a", "a/.."):
         with pytest.raises(ValueError):
             _drive(plans.lock(bad, 5, 3), answer)
 

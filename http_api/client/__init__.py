@@ -34,6 +34,17 @@ either client: ``token``, ``auth_enable``/``auth_disable``/``auth_status``,
 ``role_grant``/``role_revoke``/``roles``/``role``
 (:mod:`http_api.client.auth_methods`; values in :mod:`http_api.client.auth_model`).
 
+Leases, locks and elections (docs/LEASES.md): ``client.lease(ttl)`` grants a
+lease kept alive in the background (:class:`KeptLease`); ``with
+client.lock(name, ttl=10) as held:`` holds a lock (:class:`HeldLock`) whose
+``held.fencing`` makes a write (``put``, ``delete``, ``incr``, ``append``,
+``txn``: ``fencing=held``) apply only while the lock is still held (else
+:class:`Fenced`); ``client.election(name)`` is an :class:`Election`. A lease
+lost meanwhile sets ``lost`` and leaving the block raises :class:`LeaseLost` /
+:class:`LockLost`. The single calls (``grant_lease``, ``keepalive``,
+``revoke``, ``lock_acquire``, ``campaign``, ``observe``...):
+:mod:`http_api.client.lease_methods`.
+
 Neither client is safe to share between threads; the async one belongs to the
 event loop that first used it. Close them (or use ``with`` / ``async with``).
 
@@ -42,25 +53,37 @@ Op, TxnResult), ``wire`` (URLs, requests and answers, I/O-free), ``rules``
 (leader and retry rules, I/O-free), ``operations`` (each call as an I/O-free
 plan, and what both clients share), ``producer`` (an idempotent producer's
 rules, I/O-free), ``auth_model``, ``auth_plans`` and ``auth_methods`` (users
-and roles), ``sync_client`` and ``async_client``.
+and roles), ``lease_model``, ``lease_plans``, ``lease_keeper``, ``observing``,
+``locks``, ``elections``, ``lease_methods`` (leases, locks and elections;
+``async_locks`` and ``async_lease_methods`` their asyncio twins),
+``sync_client`` (and ``sync_producer``) and ``async_client``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from http_api.client.async_locks import AsyncElection, AsyncHeldLock, AsyncKeptLease
 from http_api.client.auth_model import AuthStatus, Permission, Role, User
 from http_api.client.credentials import Credentials
+from http_api.client.elections import Election
 from http_api.client.errors import (
     AuthenticationError,
     ClusterUnreachableError,
     ConflictError,
+    Fenced,
     IntegerOverflowError,
     InvalidRequestError,
     KeyNotFoundError,
+    LeaseLost,
+    LeaseNotFoundError,
+    LockHeldError,
+    LockLost,
+    NoElectionLeaderError,
     NotAnIntegerError,
     NotAppliedError,
     NotFoundError,
+    NotLockHolderError,
     OverloadedError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -75,6 +98,8 @@ from http_api.client.errors import (
     UnknownProducerError,
     VersionConflictError,
 )
+from http_api.client.lease_model import Fencing, Lease, LeaseInfo, LockHolder, LockInfo, Renewal
+from http_api.client.locks import HeldLock, KeptLease
 from http_api.client.model import BytesLike as BytesLike
 from http_api.client.model import Compare, Item, Op, ScanPage, TxnOpResult, TxnResult
 from http_api.client.model import to_bytes as to_bytes
@@ -86,7 +111,8 @@ from http_api.client.rules import IDLE_RECONNECT as IDLE_RECONNECT
 from http_api.client.rules import MAX_REDIRECTS as MAX_REDIRECTS
 from http_api.client.rules import SAFE_WRITE_RETRY_CODES as SAFE_WRITE_RETRY_CODES
 from http_api.client.rules import RetryPolicy
-from http_api.client.sync_client import Producer, RkvClient
+from http_api.client.sync_client import RkvClient
+from http_api.client.sync_producer import Producer
 from http_api.client.wire import CONSISTENCY_LEVELS as CONSISTENCY_LEVELS
 from http_api.client.wire import DEFAULT_URL as DEFAULT_URL
 from http_api.client.wire import _Failure as _Failure
@@ -102,6 +128,9 @@ if TYPE_CHECKING:
     from http_api.client.async_client import AsyncProducer, AsyncRkvClient
 
 __all__ = [
+    "AsyncElection",
+    "AsyncHeldLock",
+    "AsyncKeptLease",
     "AsyncProducer",
     "AsyncRkvClient",
     "AuthStatus",
@@ -110,13 +139,28 @@ __all__ = [
     "Compare",
     "ConflictError",
     "Credentials",
+    "Election",
+    "Fenced",
+    "Fencing",
+    "HeldLock",
     "IntegerOverflowError",
     "InvalidRequestError",
     "Item",
+    "KeptLease",
     "KeyNotFoundError",
+    "Lease",
+    "LeaseInfo",
+    "LeaseLost",
+    "LeaseNotFoundError",
+    "LockHeldError",
+    "LockHolder",
+    "LockInfo",
+    "LockLost",
+    "NoElectionLeaderError",
     "NotAnIntegerError",
     "NotAppliedError",
     "NotFoundError",
+    "NotLockHolderError",
     "Op",
     "OverloadedError",
     "PayloadTooLargeError",
@@ -125,6 +169,7 @@ __all__ = [
     "Producer",
     "ProducerError",
     "ProducerFencedError",
+    "Renewal",
     "RetryPolicy",
     "RkvClient",
     "RkvClientError",

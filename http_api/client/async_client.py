@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from types import SimpleNamespace, TracebackType
 from typing import Any, TypeVar, cast
 
 import aiohttp
 from yarl import URL
 
+from http_api.client.async_lease_methods import _AsyncLeaseMethods
 from http_api.client.auth_methods import _AsyncAuthMethods
 from http_api.client.credentials import Credentials
+from http_api.client.lease_model import FencingLike, HasLeaseId
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
+from http_api.client.observing import MAX_LINE
 from http_api.client.operations import _BaseClient, _Write
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
 from http_api.client.rules import IDLE_RECONNECT
@@ -81,18 +84,68 @@ class _AsyncTransport:
         except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
             return _Failure(exc, sent=bool(marker.sent))
 
+    async def stream(self, action: _Send) -> tuple[_Reply | _Failure, AsyncGenerator[bytes, None]]:
+        """A GET read line by line (NDJSON): the answer (a 200 with an empty body, or the
+        whole refusal) and the lines (a read failure raises OSError from them;
+        closing them releases the connection)."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=action.timeout, sock_read=action.timeout
+        )
+        marker = SimpleNamespace(sent=False)
+        try:
+            response = await self._get_session().request(
+                action.method,
+                URL(action.base + action.target, encoded=True),
+                headers={**action.headers, **self._auth},
+                timeout=timeout,
+                allow_redirects=False,
+                trace_request_ctx=marker,
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            return _Failure(exc, sent=bool(marker.sent)), _no_lines()
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        if response.status != 200:
+            try:
+                body = await response.content.read(MAX_LINE)
+            except (aiohttp.ClientError, OSError) as exc:
+                return _Failure(exc, sent=True), _no_lines()
+            finally:
+                response.close()
+            return _Reply(response.status, headers, body), _no_lines()
+        return _Reply(200, headers, b""), _lines(response)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
 
 
-class AsyncRkvClient(_AsyncAuthMethods, _BaseClient[_AsyncTransport]):
+async def _no_lines() -> AsyncGenerator[bytes, None]:
+    return
+    yield b""  # an async generator that yields nothing
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    try:
+        while line := await response.content.readline():
+            yield line
+    except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a line too long
+        raise OSError(f"the stream broke: {exc!r}") from exc
+    finally:
+        response.close()
+
+
+class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTransport]):
     """The asyncio twin of :class:`RkvClient`: the same methods, as coroutines
-    (``scan`` is an async iterator: ``async for item in client.scan(...)``)."""
+    (``scan`` and ``observe`` are async iterators: ``async for item in
+    client.scan(...)``; leases, locks and elections:
+    :mod:`http_api.client.async_lease_methods`)."""
 
     def _new_transport(self, credentials: Credentials) -> _AsyncTransport:
         return _AsyncTransport(credentials)
+
+    async def _stream(self, action: _Send) -> tuple[_Reply | _Failure, AsyncGenerator[bytes, None]]:
+        return await self._transport.stream(action)
 
     async def _run(self, plan: _Plan[T]) -> T:
         outcome: _Outcome = None
@@ -122,17 +175,32 @@ class AsyncRkvClient(_AsyncAuthMethods, _BaseClient[_AsyncTransport]):
         *,
         if_version: int | None = None,
         create_only: bool = False,
+        lease: int | HasLeaseId | None = None,
+        ttl: int | None = None,
+        fencing: FencingLike | None = None,
     ) -> int:
-        return await self._run(self._core.put(key, value, if_version, create_only))
+        return await self._run(
+            self._core.put(
+                key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+            )
+        )
 
-    async def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
-        return await self._run(self._core.delete(key, if_version))
+    async def delete(
+        self,
+        key: BytesLike,
+        *,
+        if_version: int | None = None,
+        fencing: FencingLike | None = None,
+    ) -> int:
+        return await self._run(self._core.delete(key, if_version, fencing))
 
-    async def incr(self, key: BytesLike, by: int = 1) -> int:
-        return await self._run(self._core.incr(key, by))
+    async def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
+        return await self._run(self._core.incr(key, by, fencing))
 
-    async def append(self, key: BytesLike, value: BytesLike) -> int:
-        return await self._run(self._core.append(key, value))
+    async def append(
+        self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
+    ) -> int:
+        return await self._run(self._core.append(key, value, fencing))
 
     async def producer(
         self,
@@ -201,11 +269,19 @@ class AsyncRkvClient(_AsyncAuthMethods, _BaseClient[_AsyncTransport]):
         compare: Sequence[Compare] = (),
         success: Sequence[Op] = (),
         failure: Sequence[Op] = (),
+        *,
+        fencing: FencingLike | None = None,
     ) -> TxnResult:
-        return await self._run(self._core.txn(compare, success, failure))
+        return await self._run(self._core.txn(compare, success, failure, fencing))
 
-    async def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
-        return await self._run(self._core.txn_raw(body, encoding))
+    async def txn_raw(
+        self,
+        body: Mapping[str, Any],
+        *,
+        encoding: str = "base64",
+        fencing: FencingLike | None = None,
+    ) -> dict[str, Any]:
+        return await self._run(self._core.txn_raw(body, encoding, fencing))
 
     async def status(
         self, url: str | None = None, *, timeout: float | None = None
@@ -249,30 +325,50 @@ class AsyncProducer(_ProducerView):
         *,
         if_version: int | None = None,
         create_only: bool = False,
+        lease: int | HasLeaseId | None = None,
+        fencing: FencingLike | None = None,
     ) -> int:
         return await self._write(
-            self._client._core.put_request(key, value, if_version, create_only)
+            self._client._core.put_request(
+                key, value, if_version, create_only, lease=lease, fencing=fencing
+            )
         )
 
-    async def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
-        return await self._write(self._client._core.delete_request(key, if_version))
+    async def delete(
+        self,
+        key: BytesLike,
+        *,
+        if_version: int | None = None,
+        fencing: FencingLike | None = None,
+    ) -> int:
+        return await self._write(self._client._core.delete_request(key, if_version, fencing))
 
-    async def incr(self, key: BytesLike, by: int = 1) -> int:
-        return await self._write(self._client._core.incr_request(key, by))
+    async def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
+        return await self._write(self._client._core.incr_request(key, by, fencing))
 
-    async def append(self, key: BytesLike, value: BytesLike) -> int:
-        return await self._write(self._client._core.append_request(key, value))
+    async def append(
+        self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
+    ) -> int:
+        return await self._write(self._client._core.append_request(key, value, fencing))
 
     async def txn(
         self,
         compare: Sequence[Compare] = (),
         success: Sequence[Op] = (),
         failure: Sequence[Op] = (),
+        *,
+        fencing: FencingLike | None = None,
     ) -> TxnResult:
-        return await self._write(self._client._core.txn_request(compare, success, failure))
+        return await self._write(self._client._core.txn_request(compare, success, failure, fencing))
 
-    async def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
-        return await self._write(self._client._core.txn_raw_request(body, encoding))
+    async def txn_raw(
+        self,
+        body: Mapping[str, Any],
+        *,
+        encoding: str = "base64",
+        fencing: FencingLike | None = None,
+    ) -> dict[str, Any]:
+        return await self._write(self._client._core.txn_raw_request(body, encoding, fencing))
 
     async def reinit(self) -> None:
         async with self._lock:

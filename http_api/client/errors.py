@@ -5,7 +5,9 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
 
     RkvClientError
     ├── NotFoundError             404: a user, role, grant or endpoint that does not exist
-    │   └── KeyNotFoundError      404 not_found: the key
+    │   ├── KeyNotFoundError      404 not_found: the key
+    │   ├── LeaseNotFoundError    404 lease_not_found / lease_expired: the lease is gone
+    │   └── NoElectionLeaderError 404 no_leader: nobody leads the election
     ├── VersionConflictError      412 version_conflict; .current_version
     ├── InvalidRequestError       400 (invalid_key, reserved_key, not_utf8, ...)
     ├── PayloadTooLargeError      413 payload_too_large
@@ -17,6 +19,10 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     ├── ConflictError             409: the key's state or the producer's refuses the write
     │   ├── NotAnIntegerError     not_an_integer: incr of a value that is not a decimal integer
     │   ├── IntegerOverflowError  integer_overflow: incr past the signed 64-bit range
+    │   ├── Fenced                fenced: the write's Rkv-Fencing token is not the lock's
+    │   │                         holder's now; .token (the holder's, None if nobody)
+    │   ├── LockHeldError         lock_held: the lock was not had within the wait; .token
+    │   ├── NotLockHolderError    not_lock_holder: unlock, resign or proclaim without holding
     │   └── ProducerError         an idempotent producer's write refused before it was applied;
     │       │                     .outcome_unknown (see http_api.client.producer)
     │       ├── ProducerFencedError   producer_fenced: a newer epoch of its transactional id
@@ -26,10 +32,15 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     │   ├── NotAppliedError       not_applied / no_leader: the write was not applied
     │   ├── UnknownOutcomeError   the write may or may not have been applied
     │   └── OverloadedError       overloaded: too many requests in flight
-    └── ClusterUnreachableError   no node could be reached (code "unreachable")
-        └── TlsError              tls_failed: the TLS handshake failed (an unknown CA, a
-                                  host name the certificate does not name, TLS spoken to a
-                                  plain-HTTP port); not retried
+    ├── ClusterUnreachableError   no node could be reached (code "unreachable")
+    │   └── TlsError              tls_failed: the TLS handshake failed (an unknown CA, a
+    │                             host name the certificate does not name, TLS spoken to a
+    │                             plain-HTTP port); not retried
+    └── LeaseLost                 raised by the client itself on leaving ``with
+        │                         client.lease(...)``: the lease ended or could not be
+        │                         kept alive for its TTL while the block ran; .lease_id
+        └── LockLost              the same for ``with client.lock(...)`` and an
+                                  election's leadership; .name, .token
 
 Which answer becomes which exception is decided in
 :func:`http_api.client.wire.error_from_reply`.
@@ -70,6 +81,19 @@ class NotFoundError(RkvClientError):
 
 class KeyNotFoundError(NotFoundError):
     default_code = "not_found"
+
+
+class LeaseNotFoundError(NotFoundError):
+    """404: the lease does not exist (``lease_not_found``) or has ended (``lease_expired``:
+    it expired or was revoked, and the node still remembers it)."""
+
+    default_code = "lease_not_found"
+
+
+class NoElectionLeaderError(NotFoundError):
+    """404 ``no_leader``: nobody leads the election now."""
+
+    default_code = "no_leader"
 
 
 class VersionConflictError(RkvClientError):
@@ -146,6 +170,44 @@ class IntegerOverflowError(ConflictError):
     default_code = "integer_overflow"
 
 
+class _WithToken(ConflictError):
+    """A refusal naming the lock's current fencing token (None: nobody holds it)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        url: str | None = None,
+        token: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, status=status, url=url)
+        self.token = token
+
+
+class Fenced(_WithToken):
+    """409 ``fenced``: the write carried ``Rkv-Fencing: NAME=TOKEN`` and lock NAME is not
+    held with that token now (a newer holder took it, or its lease ended); nothing was
+    written. ``token``: the current holder's token, None when nobody holds it."""
+
+    default_code = "fenced"
+
+
+class LockHeldError(_WithToken):
+    """409 ``lock_held``: the lock (or an election's leadership) was not had within the
+    request's wait; ``token`` is the holder's."""
+
+    default_code = "lock_held"
+
+
+class NotLockHolderError(ConflictError):
+    """409 ``not_lock_holder``: unlock, resign or proclaim by a lease that does not hold
+    the lock (with that token)."""
+
+    default_code = "not_lock_holder"
+
+
 class ProducerError(ConflictError):
     """An idempotent producer's write was refused before it was applied.
 
@@ -215,3 +277,48 @@ class TlsError(ClusterUnreachableError):
     does not match what the port speaks. Retrying would fail the same way."""
 
     default_code = "tls_failed"
+
+
+class LeaseLost(RkvClientError):
+    """Raised on leaving ``with client.lease(...)`` when the lease was lost while the
+    block ran: a keepalive answered that it had ended (``lease_expired``,
+    ``lease_not_found``, ``lease_not_owned``: the ``code``), or none was acknowledged
+    for a whole TTL (``keepalive_failed``), so the cluster may have expired it. What
+    was attached to it may be gone."""
+
+    default_code = "lease_lost"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lease_id: int,
+        code: str | None = None,
+        status: int | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code, status=status, url=url)
+        self.lease_id = lease_id
+
+
+class LockLost(LeaseLost):
+    """Raised on leaving ``with client.lock(...)`` (or an election, by its leader) when
+    the lease behind the lock was lost while the block ran: someone else may hold the
+    lock now, and writes fenced with ``token`` are refused."""
+
+    default_code = "lock_lost"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lease_id: int,
+        name: str,
+        token: int,
+        code: str | None = None,
+        status: int | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message, lease_id=lease_id, code=code, status=status, url=url)
+        self.name = name
+        self.token = token

@@ -11,6 +11,8 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+from http_api.client.lease_model import HasLeaseId, lease_arg
+
 BytesLike = bytes | bytearray | memoryview | str
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -92,10 +94,13 @@ class Op:
     key: bytes
     value: bytes | None = None
     by: int | None = None  # incr only
+    lease: int | None = None  # put only
 
     @classmethod
-    def put(cls, key: BytesLike, value: BytesLike) -> Op:
-        return cls("put", to_bytes(key, "key"), to_bytes(value))
+    def put(cls, key: BytesLike, value: BytesLike, *, lease: int | HasLeaseId | None = None) -> Op:
+        """Set the key; with ``lease`` (an id or a lease), attached to that lease."""
+        lease_id = None if lease is None else lease_arg(lease)
+        return cls("put", to_bytes(key, "key"), to_bytes(value), lease=lease_id)
 
     @classmethod
     def incr(cls, key: BytesLike, by: int = 1) -> Op:
@@ -124,6 +129,8 @@ class Op:
             body["value"] = _b64(self.value)
         if self.by is not None:
             body["by"] = self.by
+        if self.lease is not None:
+            body["lease"] = self.lease
         return body
 
 

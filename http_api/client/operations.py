@@ -20,6 +20,13 @@ from typing import Any, Generic, TypeVar
 
 from http_api.client.credentials import NO_CREDENTIALS, Credentials
 from http_api.client.errors import RkvClientError
+from http_api.client.lease_model import (
+    FencingLike,
+    HasLeaseId,
+    check_ttl,
+    fencing_headers,
+    lease_arg,
+)
 from http_api.client.model import (
     BytesLike,
     Compare,
@@ -94,75 +101,122 @@ class _Core(_Router):
 
     @staticmethod
     def put_request(
-        key: BytesLike, value: BytesLike, if_version: int | None, create_only: bool
+        key: BytesLike,
+        value: BytesLike,
+        if_version: int | None,
+        create_only: bool,
+        *,
+        lease: int | HasLeaseId | None = None,
+        ttl: int | None = None,
+        fencing: FencingLike | None = None,
     ) -> _Write[int]:
         raw = to_bytes(key, "key")
-        headers = {"Content-Type": "application/octet-stream"}
+        headers = {"Content-Type": "application/octet-stream", **fencing_headers(fencing)}
         if if_version is not None and create_only:
             raise ValueError("use if_version or create_only, not both")
+        if lease is not None and ttl is not None:
+            raise ValueError("use lease or ttl, not both")
         if if_version is not None:
             headers["If-Match"] = f'"{_version_arg(if_version)}"'
         if create_only:
             headers["If-None-Match"] = "*"
-        return _Write("PUT", key_path(raw), to_bytes(value), headers, _version_of)
+        target = key_path(raw) + _query(
+            {
+                "lease": None if lease is None else lease_arg(lease),
+                "ttl": None if ttl is None else check_ttl(ttl),
+            }
+        )
+        return _Write("PUT", target, to_bytes(value), headers, _version_of)
 
     @staticmethod
-    def delete_request(key: BytesLike, if_version: int | None) -> _Write[int]:
+    def delete_request(
+        key: BytesLike, if_version: int | None, fencing: FencingLike | None = None
+    ) -> _Write[int]:
         raw = to_bytes(key, "key")
-        headers = {} if if_version is None else {"If-Match": f'"{_version_arg(if_version)}"'}
+        headers = fencing_headers(fencing)
+        if if_version is not None:
+            headers["If-Match"] = f'"{_version_arg(if_version)}"'
         return _Write("DELETE", key_path(raw), None, headers, _version_of)
 
     @staticmethod
-    def incr_request(key: BytesLike, by: int) -> _Write[int]:
+    def incr_request(key: BytesLike, by: int, fencing: FencingLike | None = None) -> _Write[int]:
         target = key_path(to_bytes(key, "key")) + _query({"op": "incr", "by": int64_arg(by)})
-        return _Write("POST", target, None, {}, _incr_value_of)
+        return _Write("POST", target, None, fencing_headers(fencing), _incr_value_of)
 
     @staticmethod
-    def append_request(key: BytesLike, value: BytesLike) -> _Write[int]:
+    def append_request(
+        key: BytesLike, value: BytesLike, fencing: FencingLike | None = None
+    ) -> _Write[int]:
         target = key_path(to_bytes(key, "key")) + _query({"op": "append"})
-        headers = {"Content-Type": "application/octet-stream"}
+        headers = {"Content-Type": "application/octet-stream", **fencing_headers(fencing)}
         return _Write("POST", target, to_bytes(value), headers, _size_of)
 
     @staticmethod
-    def txn_raw_request(body: Mapping[str, Any], encoding: str) -> _Write[dict[str, Any]]:
+    def txn_raw_request(
+        body: Mapping[str, Any], encoding: str, fencing: FencingLike | None = None
+    ) -> _Write[dict[str, Any]]:
         if encoding not in ("base64", "utf-8"):
             raise ValueError("encoding must be base64 or utf-8")
         payload = json.dumps(body).encode()
         target = "/v1/txn" + ("?encoding=utf-8" if encoding == "utf-8" else "")
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", **fencing_headers(fencing)}
         return _Write("POST", target, payload, headers, _txn_raw_of)
 
     @staticmethod
     def txn_request(
-        compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+        compare: Sequence[Compare],
+        success: Sequence[Op],
+        failure: Sequence[Op],
+        fencing: FencingLike | None = None,
     ) -> _Write[TxnResult]:
         payload = json.dumps(_txn_body(compare, success, failure)).encode()
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", **fencing_headers(fencing)}
         return _Write("POST", "/v1/txn", payload, headers, _txn_of)
 
     # -- plain writes ------------------------------------------------------------------
 
     def put(
-        self, key: BytesLike, value: BytesLike, if_version: int | None, create_only: bool
+        self,
+        key: BytesLike,
+        value: BytesLike,
+        if_version: int | None,
+        create_only: bool,
+        *,
+        lease: int | HasLeaseId | None = None,
+        ttl: int | None = None,
+        fencing: FencingLike | None = None,
     ) -> _Plan[int]:
-        return self.write(self.put_request(key, value, if_version, create_only))
+        request = self.put_request(
+            key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+        )
+        return self.write(request)
 
-    def delete(self, key: BytesLike, if_version: int | None) -> _Plan[int]:
-        return self.write(self.delete_request(key, if_version))
+    def delete(
+        self, key: BytesLike, if_version: int | None, fencing: FencingLike | None = None
+    ) -> _Plan[int]:
+        return self.write(self.delete_request(key, if_version, fencing))
 
-    def incr(self, key: BytesLike, by: int) -> _Plan[int]:
-        return self.write(self.incr_request(key, by))
+    def incr(self, key: BytesLike, by: int, fencing: FencingLike | None = None) -> _Plan[int]:
+        return self.write(self.incr_request(key, by, fencing))
 
-    def append(self, key: BytesLike, value: BytesLike) -> _Plan[int]:
-        return self.write(self.append_request(key, value))
+    def append(
+        self, key: BytesLike, value: BytesLike, fencing: FencingLike | None = None
+    ) -> _Plan[int]:
+        return self.write(self.append_request(key, value, fencing))
 
-    def txn_raw(self, body: Mapping[str, Any], encoding: str) -> _Plan[dict[str, Any]]:
-        return self.write(self.txn_raw_request(body, encoding))
+    def txn_raw(
+        self, body: Mapping[str, Any], encoding: str, fencing: FencingLike | None = None
+    ) -> _Plan[dict[str, Any]]:
+        return self.write(self.txn_raw_request(body, encoding, fencing))
 
     def txn(
-        self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+        self,
+        compare: Sequence[Compare],
+        success: Sequence[Op],
+        failure: Sequence[Op],
+        fencing: FencingLike | None = None,
     ) -> _Plan[TxnResult]:
-        return self.write(self.txn_request(compare, success, failure))
+        return self.write(self.txn_request(compare, success, failure, fencing))
 
     # -- reads -------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The blocking client: :class:`RkvClient` over http.client (standard library
-only), one persistent keep-alive connection per node; and :class:`Producer`,
-its idempotent producer.
+only), one persistent keep-alive connection per node (its idempotent producer,
+:class:`Producer`, is in :mod:`http_api.client.sync_producer`).
 
 Not safe to share between threads. Close it (or use ``with``).
 """
@@ -10,9 +10,8 @@ from __future__ import annotations
 import http.client
 import select
 import socket
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -20,13 +19,23 @@ from urllib.parse import urlsplit
 
 from http_api.client.auth_methods import _SyncAuthMethods
 from http_api.client.credentials import Credentials
+from http_api.client.lease_methods import _SyncLeaseMethods
+from http_api.client.lease_model import FencingLike, HasLeaseId, Lease
+from http_api.client.lease_plans import _LeasePlans
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
-from http_api.client.operations import _BaseClient, _Write
-from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
-from http_api.client.rules import IDLE_RECONNECT
+from http_api.client.observing import MAX_LINE
+from http_api.client.operations import _BaseClient
+from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore
+from http_api.client.rules import IDLE_RECONNECT, RetryPolicy
+from http_api.client.sync_producer import Producer
 from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
 
 T = TypeVar("T")
+
+KEEPALIVE_RETRY = RetryPolicy(
+    max_attempts=4, initial_backoff=0.05, max_backoff=0.25, max_elapsed=1.0
+)
+"""A keeper's retries within one keepalive (it tries again itself until the TTL)."""
 
 
 @dataclass
@@ -48,6 +57,22 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
+def _no_lines() -> Generator[bytes, None, None]:
+    yield from ()
+
+
+def _lines(
+    conn: http.client.HTTPConnection, response: http.client.HTTPResponse
+) -> Generator[bytes, None, None]:
+    try:
+        while line := response.readline(MAX_LINE):
+            yield line
+    except http.client.HTTPException as exc:
+        raise OSError(f"the stream broke: {exc!r}") from exc
+    finally:
+        conn.close()
+
+
 class _SyncTransport:
     """One persistent keep-alive connection per node (http.client)."""
 
@@ -55,6 +80,20 @@ class _SyncTransport:
         self._pool: dict[str, _Pooled] = {}
         self._ssl = credentials.ssl_context()  # read once: the files are not read per call
         self._auth = credentials.headers()
+
+    def _connect(self, base: str, timeout: float) -> _Pooled:
+        """A new connection to ``base`` (raises before anything is sent)."""
+        parts = urlsplit(base)
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=timeout, context=self._ssl
+            )
+        else:
+            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _Pooled(conn, parts.path)
 
     def _connection(self, base: str, timeout: float) -> _Pooled:
         pooled = self._pool.get(base)
@@ -64,19 +103,35 @@ class _SyncTransport:
             self._drop(base)
             pooled = None
         if pooled is None:
-            parts = urlsplit(base)
-            conn: http.client.HTTPConnection
-            if parts.scheme == "https":
-                conn = http.client.HTTPSConnection(
-                    parts.hostname or "", parts.port, timeout=timeout, context=self._ssl
-                )
-            else:
-                conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
-            conn.connect()  # raises before anything is sent
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            pooled = _Pooled(conn, parts.path)
+            pooled = self._connect(base, timeout)
             self._pool[base] = pooled
         return pooled
+
+    def stream(self, action: _Send) -> tuple[_Reply | _Failure, Generator[bytes, None, None]]:
+        """A GET whose answer is read line by line (NDJSON), on a connection of its own:
+        the answer (a 200 with an empty body, or the whole refusal) and the lines (a
+        read failure raises OSError from them; closing them closes the connection)."""
+        try:
+            pooled = self._connect(action.base, action.timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            return _Failure(exc, sent=False), _no_lines()
+        conn = pooled.conn
+        try:
+            conn.request(
+                action.method,
+                pooled.prefix + action.target,
+                headers={**action.headers, **self._auth},
+            )
+            response = conn.getresponse()
+            headers = {name.lower(): value for name, value in response.getheaders()}
+            if response.status != 200:
+                body = response.read(MAX_LINE)
+                conn.close()
+                return _Reply(response.status, headers, body), _no_lines()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            return _Failure(exc, sent=True), _no_lines()
+        return _Reply(200, headers, b""), _lines(conn, response)
 
     def _drop(self, base: str) -> None:
         pooled = self._pool.pop(base, None)
@@ -104,6 +159,11 @@ class _SyncTransport:
         except (OSError, http.client.HTTPException) as exc:
             self._drop(action.base)
             return _Failure(exc, sent=True)
+        except BaseException:
+            # Interrupted half-way (a signal handler's exception): the connection is in
+            # the middle of an exchange and cannot carry the next request.
+            self._drop(action.base)
+            raise
         headers = {name.lower(): value for name, value in response.getheaders()}
         if response.will_close:
             self._drop(action.base)
@@ -116,14 +176,35 @@ class _SyncTransport:
             self._drop(base)
 
 
-class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
+class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]):
     """A blocking rkv client. ``urls``: one node URL, several, or a comma-separated string;
     ``credentials``: the CA to trust, a client certificate, a user or a token
     (:class:`http_api.client.Credentials`). Users and roles: the methods of
-    :mod:`http_api.client.auth_methods`."""
+    :mod:`http_api.client.auth_methods`; leases, locks and elections: those of
+    :mod:`http_api.client.lease_methods`."""
 
     def _new_transport(self, credentials: Credentials) -> _SyncTransport:
         return _SyncTransport(credentials)
+
+    def _stream(self, action: _Send) -> tuple[_Reply | _Failure, Generator[bytes, None, None]]:
+        return self._transport.stream(action)
+
+    def _keepalive_sender(self) -> tuple[Callable[[int, float], Lease], Callable[[], None]]:
+        # A client of its own for the keeper thread: this one is not shared between
+        # threads. Its retries are short; the keeper retries until the lease's TTL.
+        sender = RkvClient(
+            self._core.nodes,
+            timeout=self._core.timeout,
+            retry=KEEPALIVE_RETRY,
+            credentials=self.credentials,
+        )
+        sender._core.leader = self._core.leader
+        plans = _LeasePlans(sender._core)
+
+        def renew(lease_id: int, timeout: float) -> Lease:
+            return sender._run(plans.keepalive(lease_id, timeout))
+
+        return renew, sender.close
 
     def _run(self, plan: _Plan[T]) -> T:
         outcome: _Outcome = None
@@ -154,23 +235,41 @@ class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
         *,
         if_version: int | None = None,
         create_only: bool = False,
+        lease: int | HasLeaseId | None = None,
+        ttl: int | None = None,
+        fencing: FencingLike | None = None,
     ) -> int:
-        """Set the key; returns its new version. ``if_version``: compare-and-set."""
-        return self._run(self._core.put(key, value, if_version, create_only))
+        """Set the key; returns its new version. ``if_version``: compare-and-set.
+        ``lease`` (an id or a lease): attach the key to it; ``ttl``: grant a lease of
+        that many seconds for this key alone (nothing keeps it alive). ``fencing``: a
+        held lock (or a (name, token) pair): refused with Fenced unless it still holds."""
+        return self._run(
+            self._core.put(
+                key, value, if_version, create_only, lease=lease, ttl=ttl, fencing=fencing
+            )
+        )
 
-    def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
+    def delete(
+        self,
+        key: BytesLike,
+        *,
+        if_version: int | None = None,
+        fencing: FencingLike | None = None,
+    ) -> int:
         """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
-        return self._run(self._core.delete(key, if_version))
+        return self._run(self._core.delete(key, if_version, fencing))
 
-    def incr(self, key: BytesLike, by: int = 1) -> int:
+    def incr(self, key: BytesLike, by: int = 1, *, fencing: FencingLike | None = None) -> int:
         """Add ``by`` (signed 64-bit) to the decimal integer at ``key`` (absent: 0);
         returns the new value. Raises NotAnIntegerError, IntegerOverflowError."""
-        return self._run(self._core.incr(key, by))
+        return self._run(self._core.incr(key, by, fencing))
 
-    def append(self, key: BytesLike, value: BytesLike) -> int:
+    def append(
+        self, key: BytesLike, value: BytesLike, *, fencing: FencingLike | None = None
+    ) -> int:
         """Append ``value`` to the key's value (absent: create it); returns the new size.
         Raises PayloadTooLargeError past the value size limit."""
-        return self._run(self._core.append(key, value))
+        return self._run(self._core.append(key, value, fencing))
 
     def producer(
         self,
@@ -244,13 +343,21 @@ class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
         compare: Sequence[Compare] = (),
         success: Sequence[Op] = (),
         failure: Sequence[Op] = (),
+        *,
+        fencing: FencingLike | None = None,
     ) -> TxnResult:
         """Atomically: if every compare holds run ``success``, else ``failure``."""
-        return self._run(self._core.txn(compare, success, failure))
+        return self._run(self._core.txn(compare, success, failure, fencing))
 
-    def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
+    def txn_raw(
+        self,
+        body: Mapping[str, Any],
+        *,
+        encoding: str = "base64",
+        fencing: FencingLike | None = None,
+    ) -> dict[str, Any]:
         """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
-        return self._run(self._core.txn_raw(body, encoding))
+        return self._run(self._core.txn_raw(body, encoding, fencing))
 
     def status(self, url: str | None = None, *, timeout: float | None = None) -> dict[str, Any]:
         """GET /v1/status of ``url``, or of the first node that answers."""
@@ -269,67 +376,3 @@ class RkvClient(_SyncAuthMethods, _BaseClient[_SyncTransport]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-class Producer(_ProducerView):
-    """An idempotent producer on a :class:`RkvClient` (``client.producer()``).
-
-    Every write carries the producer's id, epoch and next sequence and is sent
-    again with the same sequence on any unknown or transient outcome, for up to
-    ``deadline`` seconds: the server applies each sequence once. One write at a
-    time (a lock): use several producers for parallelism. The rules, the
-    exceptions and what happens after a deadline: :mod:`http_api.client.producer`.
-    """
-
-    def __init__(self, client: RkvClient, state: _ProducerCore) -> None:
-        self._client = client
-        self._state = state
-        self._lock = threading.Lock()
-
-    def _write(self, request: _Write[T]) -> T:
-        with self._lock:
-            return self._client._run(self._state.write(request))
-
-    def put(
-        self,
-        key: BytesLike,
-        value: BytesLike,
-        *,
-        if_version: int | None = None,
-        create_only: bool = False,
-    ) -> int:
-        """Set the key; returns its new version."""
-        return self._write(self._client._core.put_request(key, value, if_version, create_only))
-
-    def delete(self, key: BytesLike, *, if_version: int | None = None) -> int:
-        """Delete the key; returns the tombstone's version. Raises KeyNotFoundError."""
-        return self._write(self._client._core.delete_request(key, if_version))
-
-    def incr(self, key: BytesLike, by: int = 1) -> int:
-        """Add ``by`` to the integer at ``key``; returns the new value."""
-        return self._write(self._client._core.incr_request(key, by))
-
-    def append(self, key: BytesLike, value: BytesLike) -> int:
-        """Append ``value`` to the key's value; returns the new size."""
-        return self._write(self._client._core.append_request(key, value))
-
-    def txn(
-        self,
-        compare: Sequence[Compare] = (),
-        success: Sequence[Op] = (),
-        failure: Sequence[Op] = (),
-    ) -> TxnResult:
-        """Atomically: if every compare holds run ``success``, else ``failure``."""
-        return self._write(self._client._core.txn_request(compare, success, failure))
-
-    def txn_raw(self, body: Mapping[str, Any], *, encoding: str = "base64") -> dict[str, Any]:
-        """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
-        return self._write(self._client._core.txn_raw_request(body, encoding))
-
-    def reinit(self) -> None:
-        """Register again: with a transactional id the same producer id and the next
-        epoch (this fences the older ones), else a new producer id. Sequences start
-        from 0; a pending write is abandoned (with a transactional id, the new epoch
-        guarantees it can no longer be applied)."""
-        with self._lock:
-            self._client._run(self._state.init())

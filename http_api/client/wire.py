@@ -22,12 +22,17 @@ from urllib.parse import quote, urlsplit
 from http_api.client.errors import (
     AuthenticationError,
     ConflictError,
+    Fenced,
     IntegerOverflowError,
     InvalidRequestError,
     KeyNotFoundError,
+    LeaseNotFoundError,
+    LockHeldError,
+    NoElectionLeaderError,
     NotAnIntegerError,
     NotAppliedError,
     NotFoundError,
+    NotLockHolderError,
     OverloadedError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -335,7 +340,26 @@ _CONFLICTS: dict[str, type[ConflictError]] = {
     "unknown_producer": UnknownProducerError,
     "out_of_order_sequence": SequenceError,
     "duplicate_sequence_too_old": SequenceError,
+    "not_lock_holder": NotLockHolderError,
 }
+_WITH_TOKEN: dict[str, type[Fenced | LockHeldError]] = {
+    "fenced": Fenced,
+    "lock_held": LockHeldError,
+}
+_NOT_FOUND: dict[str, type[NotFoundError]] = {
+    "not_found": KeyNotFoundError,
+    "lease_not_found": LeaseNotFoundError,
+    "lease_expired": LeaseNotFoundError,
+    "no_leader": NoElectionLeaderError,
+}
+
+
+def _token_in(body: Any) -> int | None:
+    """The lock's current fencing token in a refusal (``fenced``, ``lock_held``)."""
+    token = body.get("token") if isinstance(body, dict) else None
+    if token is None and isinstance(body, dict) and isinstance(body.get("holder"), dict):
+        token = body["holder"].get("token")
+    return token if isinstance(token, int) and not isinstance(token, bool) else None
 
 
 def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
@@ -351,9 +375,7 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
     status = reply.status
     common: dict[str, Any] = {"code": code, "status": status, "url": url}
     if status == 404:
-        if code == "not_found":
-            return KeyNotFoundError(message, **common)
-        return NotFoundError(message, **common)
+        return _NOT_FOUND.get(code or "", NotFoundError)(message, **common)
     if status == 412:
         current = body.get("current_version") if isinstance(body, dict) else None
         return VersionConflictError(
@@ -369,6 +391,8 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
         return PermissionDeniedError(message, **common)
     if status == 429:
         return TooManyRequestsError(message, retry_after=_retry_after(reply.headers), **common)
+    if status == 409 and code in _WITH_TOKEN:
+        return _WITH_TOKEN[code](message, token=_token_in(body), **common)
     if status == 409:
         conflict: type[ConflictError] = _CONFLICTS.get(code or "", ConflictError)
         return conflict(message, **common)

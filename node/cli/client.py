@@ -45,6 +45,7 @@ from node.cli.common import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     add_urls_argument,
+    fencing_pair,
     node_urls,
     non_negative_int,
     positive_float,
@@ -115,11 +116,17 @@ def _writer(client: RkvClient, args: argparse.Namespace) -> Iterator[RkvClient |
 
 def _client_cmd_put(client: RkvClient, args: argparse.Namespace) -> int:
     with _writer(client, args) as writer:
+        if args.ttl is not None and args.producer is not None:
+            raise _UsageError("--ttl grants a new lease: it does not go with --producer")
+        extra = {} if args.ttl is None else {"ttl": args.ttl}
         version = writer.put(
             _text_arg(args.key),
             _value_arg(args.value),
             if_version=args.if_version,
             create_only=args.create_only,
+            lease=args.lease,
+            fencing=args.fencing,
+            **extra,
         )
     print(version)
     return 0
@@ -127,14 +134,14 @@ def _client_cmd_put(client: RkvClient, args: argparse.Namespace) -> int:
 
 def _client_cmd_incr(client: RkvClient, args: argparse.Namespace) -> int:
     with _writer(client, args) as writer:
-        value = writer.incr(_text_arg(args.key), args.by)
+        value = writer.incr(_text_arg(args.key), args.by, fencing=args.fencing)
     print(value)
     return 0
 
 
 def _client_cmd_append(client: RkvClient, args: argparse.Namespace) -> int:
     with _writer(client, args) as writer:
-        size = writer.append(_text_arg(args.key), _value_arg(args.value))
+        size = writer.append(_text_arg(args.key), _value_arg(args.value), fencing=args.fencing)
     print(size)
     return 0
 
@@ -160,7 +167,9 @@ def _client_cmd_get(client: RkvClient, args: argparse.Namespace) -> int:
 
 def _client_cmd_delete(client: RkvClient, args: argparse.Namespace) -> int:
     with _writer(client, args) as writer:
-        version = writer.delete(_text_arg(args.key), if_version=args.if_version)
+        version = writer.delete(
+            _text_arg(args.key), if_version=args.if_version, fencing=args.fencing
+        )
     print(version)
     return 0
 
@@ -216,7 +225,9 @@ def _client_cmd_txn(client: RkvClient, args: argparse.Namespace) -> int:
             'a transaction is a JSON object: {"compare": [...], "success": [...], "failure": [...]}'
         )
     with _writer(client, args) as writer:
-        result = writer.txn_raw(body, encoding="utf-8" if args.utf_8 else "base64")
+        result = writer.txn_raw(
+            body, encoding="utf-8" if args.utf_8 else "base64", fencing=args.fencing
+        )
     print(json.dumps(result, indent=2))
     return 0
 
@@ -291,13 +302,8 @@ def _common_arguments() -> argparse.ArgumentParser:
     return common
 
 
-def add_commands(sub: Any) -> None:
-    common = _common_arguments()
-    reads = argparse.ArgumentParser(add_help=False)
-    reads.add_argument("--consistency", choices=CONSISTENCY_LEVELS, default="linearizable")
-    reads.add_argument(
-        "--min-version", type=non_negative_int, help="wait until the node has applied this"
-    )
+def _write_arguments() -> argparse.ArgumentParser:
+    """--producer and --fencing: what every write command takes."""
     producing = argparse.ArgumentParser(add_help=False)
     producing.add_argument(
         "--producer",
@@ -308,6 +314,24 @@ def add_commands(sub: Any) -> None:
         "retrying with the same triple is safe; a repeat prints its original answer and "
         "a note on stderr. The write is resent on unknown outcomes for max(15 s, --timeout)",
     )
+    producing.add_argument(
+        "--fencing",
+        type=fencing_pair,
+        metavar="NAME=TOKEN",
+        help="apply the write only while lock NAME is held with fencing token TOKEN "
+        "(under 'rkv lock': --fencing \"$RKV_FENCING\"); else refused (fenced)",
+    )
+    return producing
+
+
+def add_commands(sub: Any) -> None:
+    common = _common_arguments()
+    reads = argparse.ArgumentParser(add_help=False)
+    reads.add_argument("--consistency", choices=CONSISTENCY_LEVELS, default="linearizable")
+    reads.add_argument(
+        "--min-version", type=non_negative_int, help="wait until the node has applied this"
+    )
+    producing = _write_arguments()
     epilog = (
         "exit status: 0 ok, 1 refused by the server (not found, conflict, invalid), "
         "2 usage error, 3 cluster unreachable or unable to serve"
@@ -327,6 +351,16 @@ def add_commands(sub: Any) -> None:
     )
     condition.add_argument(
         "--create-only", action="store_true", help="only if the key does not exist"
+    )
+    leased = put.add_mutually_exclusive_group()
+    leased.add_argument(
+        "--lease", type=positive_int, metavar="ID", help="attach the key to lease ID"
+    )
+    leased.add_argument(
+        "--ttl",
+        type=positive_int,
+        metavar="S",
+        help="a new lease of S seconds for this key alone: the key goes when it expires",
     )
 
     get = command("get", "print a key's value (raw bytes) on stdout", reads)

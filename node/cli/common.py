@@ -104,6 +104,18 @@ def producer_triple(text: str) -> tuple[int, int, int]:
     return producer_id, epoch, sequence
 
 
+def fencing_pair(text: str) -> tuple[str, int]:
+    """``NAME=TOKEN`` (what ``--fencing`` and $RKV_FENCING hold): a lock's name and
+    its fencing token."""
+    name, sep, token = text.rpartition("=")
+    if not sep or not name or not (token.isascii() and token.isdigit()) or len(token) > 19:
+        raise argparse.ArgumentTypeError(
+            f"must be NAME=TOKEN, a lock's name and its fencing token (as in $RKV_FENCING "
+            f"under 'rkv lock'), not {text!r}"
+        )
+    return name, int(token)
+
+
 def shown_bytes(data: bytes) -> str:
     """Text when it is printable UTF-8, else ``base64:<base64>``."""
     try:

@@ -2,8 +2,8 @@
 
 Each family keeps its arguments and its handler together in its own module
 (serve: up, node, check; client: put, get, delete, incr, append, scan, txn,
-compact, status, producer init; cluster; auth; user; role; snapshot; audit; redis;
-certs), registers
+compact, status, producer init; cluster; auth; user; role; lease; lock; elect;
+snapshot; audit; redis; certs), registers
 its handler with ``set_defaults(run=...)``, and imports what only its handler
 needs (the server stack, the audit engines, the replicator) when it runs.
 """
@@ -15,10 +15,38 @@ import logging
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from node.cli import audit, auth, certs, client, cluster, redis, role, serve, snapshot, user
+from node.cli import (
+    audit,
+    auth,
+    certs,
+    client,
+    cluster,
+    elect,
+    lease,
+    lock,
+    redis,
+    role,
+    serve,
+    snapshot,
+    user,
+)
 from node.errors import RkvError
 
-FAMILIES = (serve, client, cluster, auth, user, role, snapshot, audit, redis, certs)
+FAMILIES = (
+    serve,
+    client,
+    cluster,
+    auth,
+    user,
+    role,
+    lease,
+    lock,
+    elect,
+    snapshot,
+    audit,
+    redis,
+    certs,
+)
 
 
 def _version() -> str:

@@ -129,7 +129,8 @@ def read_new_password(
     return password
 
 
-def _refusal(where: str, exc: RkvClientError) -> int:
+def refusal(where: str, exc: RkvClientError) -> int:
+    """Print a refusal as one line; the exit status it means (1, or 3 unreachable)."""
     message = f"{where}: {exc.message} [{exc.code}]"
     if isinstance(exc, AuthenticationError) and exc.code == "unauthenticated":
         message += " (give --user NAME, --token TOKEN or a client certificate)"
@@ -159,7 +160,7 @@ def run_call(
         with RkvClient(urls, timeout=args.timeout, credentials=sent) as client:
             answer = call(client, credentials)
     except RkvClientError as exc:
-        return _refusal(where, exc)
+        return refusal(where, exc)
     except (UsageError, ValueError, TypeError) as exc:
         print(f"{where}: {exc}", file=sys.stderr)
         return EXIT_USAGE

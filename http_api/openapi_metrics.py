@@ -14,7 +14,7 @@ def metrics_paths() -> dict[str, Any]:
                 "(404) when the node runs with --metrics off.",
                 "responses": {
                     "200": {
-                        "description": "Prometheus text format 0.0.4",
+                        "description": "Prometheus text exposition format",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     }
                 },

@@ -22,6 +22,7 @@ _Children = tuple[Counter, Histogram]
 _UNMATCHED = "unmatched"  # no route: 404s and 405s of unknown paths (any path, one label)
 _children: dict[tuple[str, str, str], _Children] = {}
 _STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"})
 
 
 def _route_of(request: web.Request) -> str:
@@ -47,9 +48,6 @@ def _observe(request: web.Request, status: int, seconds: float) -> None:
         _children[key] = children
     children[0].inc()
     children[1].observe(seconds)
-
-
-_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"})
 
 
 @web.middleware

@@ -65,7 +65,8 @@ _LONG_SECONDS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0
 
 LEADER_CHANGES = Counter(
     "rkv_server_leader_changes_seen",
-    "Times this node saw a new leader (the first one it follows counts).",
+    "Times this node saw a leader after none or another (an election's end; the first "
+    "leader it follows counts).",
     registry=REGISTRY,
 )
 PROPOSALS_COMMITTED = Counter(

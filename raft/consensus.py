@@ -92,7 +92,8 @@ class RaftConsensus:
         self._syncobj: RkvSyncObj | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.role_changes = 0
-        self._leader_seen: str | None = None  # the last leader's raft address (metrics)
+        # The leader's raft address at the last tick, None while there was none (metrics).
+        self._leader_seen: str | None = None
         self._proposer = GroupCommitProposer(
             self._submit,
             max_commands_per_entry=config.max_commands_per_entry,
@@ -251,10 +252,12 @@ class RaftConsensus:
             for call in calls:
                 call()
         leader = self._syncobj.leader_address()
-        if leader is not None and leader != self._leader_seen:
-            self._leader_seen = leader
-            if metrics.enabled:
+        if leader != self._leader_seen:
+            # As etcd counts: a leader after none or after another (an election's end,
+            # the same node re-elected included).
+            if leader is not None and metrics.enabled:
                 metrics.LEADER_CHANGES.inc()
+            self._leader_seen = leader
         if self._holding_elections and leader is not None:
             self._holding_elections = False
             self._syncobj.release_elections(_JOINING)

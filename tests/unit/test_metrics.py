@@ -1,9 +1,11 @@
 """The metrics registry against docs/OBSERVABILITY.md (both ways), the /metrics route and
-its request counting (route templates, never paths), and the --metrics setting."""
+its request counting (route templates, never paths), the proposer's counters, and the
+--metrics setting."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 from pathlib import Path
 
@@ -16,7 +18,10 @@ from http_api.app import build_app
 from node import metrics
 from node.cli.node_metrics import SCRAPED
 from node.cli.settings import add_node_arguments, node_config
-from node.errors import ConfigError
+from node.errors import ConfigError, NotApplied
+from node.state.commands import Put
+from node.state.results import CommandResult, ResultCode
+from raft.proposer import GroupCommitProposer
 from tests.unit.test_openapi import NoService
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OBSERVABILITY.md"
@@ -117,3 +122,37 @@ def test_metrics_setting_defaults_to_on_and_turns_off_by_flag_or_variable() -> N
     assert parse(["--metrics", "on"], {"RKV_METRICS": "off"}) is True
     with pytest.raises(ConfigError, match="--metrics must be on or off"):
         parse([], {"RKV_METRICS": "maybe"})
+
+
+def sample(name: str, **labels: str) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.asyncio
+async def test_the_proposer_counts_committed_and_failed_commands_once_per_entry() -> None:
+    entries: list[int] = []
+    proposer = GroupCommitProposer(
+        lambda entry_id, entry: entries.append(entry_id),
+        max_commands_per_entry=100,
+        max_entries_in_flight=1,
+        max_pending_commands=1000,
+        proposal_timeout=2.0,
+    )
+    committed = sample("rkv_server_proposals_committed_total")
+    failed = sample("rkv_server_proposals_failed_total", reason="not_applied")
+    batches = sample("rkv_server_group_commit_batch_commands_count")
+    writes = [asyncio.create_task(proposer.propose(Put(b"k%d" % i, b"v"))) for i in range(5)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    proposer.complete(entries[0], tuple(CommandResult(ResultCode.OK, version=1) for _ in writes))
+    await asyncio.gather(*writes)
+    lost = [asyncio.create_task(proposer.propose(Put(b"x%d" % i, b"v"))) for i in range(3)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    proposer.complete(entries[1], NotApplied("the leader changed"))
+    assert all(
+        isinstance(r, NotApplied) for r in await asyncio.gather(*lost, return_exceptions=True)
+    )
+    assert sample("rkv_server_proposals_committed_total") == committed + 5
+    assert sample("rkv_server_proposals_failed_total", reason="not_applied") == failed + 3
+    assert sample("rkv_server_group_commit_batch_commands_count") == batches + 2

@@ -55,12 +55,15 @@ def find_rkv() -> str:
     return found
 
 
-def start(procs: Processes, data_dir: Path, nodes: int = 3) -> RkvCluster:
+def start(
+    procs: Processes, data_dir: Path, nodes: int = 3, env: dict[str, str] | None = None
+) -> RkvCluster:
+    """``env``: the environment of ``rkv up`` and its nodes (RKV_* settings), else ours."""
     rkv = find_rkv()
     base = free_port_block([*range(nodes), *range(RAFT_PORT_OFFSET, RAFT_PORT_OFFSET + nodes)])
     argv = [rkv, "up", "--nodes", str(nodes), "--data-dir", str(data_dir / "rkv")]
     argv += ["--base-port", str(base)]
-    server = procs.start("rkv up", argv, data_dir / "rkv-up.log")
+    server = procs.start("rkv up", argv, data_dir / "rkv-up.log", env)
     urls = tuple(f"http://{LOOPBACK}:{base + i}" for i in range(nodes))
     wait_until(
         f"rkv: /readyz on {nodes} nodes", lambda: _ready(urls), START_TIMEOUT_S, server.exited

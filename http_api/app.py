@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from prometheus_client.registry import Collector
 
 from http_api import (
     routes_audit,
@@ -12,6 +13,7 @@ from http_api import (
     routes_leases,
     routes_locks,
     routes_log,
+    routes_metrics,
     routes_node,
     routes_producers,
     routes_snapshot,
@@ -30,6 +32,7 @@ from http_api.lease_context import LEASES
 from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
 from http_api.stream_slots import STREAMS, StreamSlots
+from node.metrics import STREAMS_OPEN
 
 SERVICE: web.AppKey[KvApi] = web.AppKey("service", KvApi)
 
@@ -40,13 +43,19 @@ def build_app(
     limits: HttpLimits | None = None,
     auth: AuthApi | None = None,
     leases: LeaseApi | None = None,
+    *,
+    metrics: bool = True,
+    collector: Collector | None = None,
 ) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one), ``auth``
     authenticates and authorizes requests once enabled (without one, nothing is checked
     and /v1/auth answers 503), ``leases`` serves leases, locks and elections (503
-    ``leases_unavailable`` without one)."""
+    ``leases_unavailable`` without one). ``metrics``: serve GET /metrics and count
+    requests (http_api/routes_metrics.py), with ``collector`` (the node's scrape-time
+    gauges) in the registry while the app runs."""
     app = web.Application(
         middlewares=[
+            *([routes_metrics.count_requests] if metrics else []),
             request_bounds,
             share_the_loop,
             error_middleware,
@@ -73,6 +82,9 @@ def build_app(
         streams.close()
 
     app.on_shutdown.append(end_streams)
+    if metrics:
+        routes_metrics.add_routes(app, collector)
+        STREAMS_OPEN.set_function(lambda: streams.open)
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)

@@ -5,7 +5,8 @@ openapi_node.py (node, log, watch, snapshot, admin and cluster endpoints),
 openapi_audit.py (the consistency audit's endpoints and schemas),
 openapi_auth.py (users, roles, tokens, and every operation's security from the
 permission table), openapi_leases.py (leases), openapi_locks.py (locks and
-elections), openapi_schemas.py (components) and openapi_common.py (what they share).
+elections), openapi_metrics.py (/metrics), openapi_schemas.py (components) and
+openapi_common.py (what they share).
 tests/unit/test_openapi.py checks that the document names exactly the routes
 the app serves, with the same methods, so the two cannot drift apart.
 """
@@ -19,6 +20,7 @@ from http_api.openapi_auth import SECURITY_SCHEMES, auth_paths, secure
 from http_api.openapi_kv import kv_paths
 from http_api.openapi_leases import lease_paths
 from http_api.openapi_locks import lock_paths
+from http_api.openapi_metrics import metrics_paths
 from http_api.openapi_node import node_paths
 from http_api.openapi_schemas import schemas
 
@@ -38,6 +40,7 @@ def openapi_document() -> dict[str, Any]:
                 **lease_paths(),
                 **lock_paths(),
                 **node_paths(),
+                **metrics_paths(),
                 **audit_paths(),
                 **auth_paths(),
             }

@@ -64,6 +64,8 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", "/healthz"): Need.OPEN,
     ("GET", "/readyz"): Need.OPEN,
     ("GET", "/v1/openapi.json"): Need.OPEN,
+    # As etcd's: scrapers need no credentials; it shows counts, never a key (OBSERVABILITY.md).
+    ("GET", "/metrics"): Need.OPEN,
     ("POST", "/v1/auth/token"): Need.OPEN,
     ("GET", "/v1/status"): Need.AUTHENTICATED,
     ("GET", "/v1/auth/status"): Need.AUTHENTICATED,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.registry import Collector
 
 from http_api.app import build_app
 from http_api.auth_api import AuthApi
@@ -35,9 +36,12 @@ class HttpServer:
         tls: ServerTls | None = None,
         auth: AuthApi | None = None,
         leases: LeaseApi | None = None,
+        metrics: bool = True,
+        collector: Collector | None = None,
     ) -> None:
         """``tls``: serve HTTPS only, with that certificate (its files are read now:
-        a bad one raises OSError or ssl.SSLError before anything is served)."""
+        a bad one raises OSError or ssl.SSLError before anything is served).
+        ``metrics``: serve GET /metrics, with ``collector`` registered while serving."""
         self.limits = limits or HttpLimits()
         self.counts = ConnectionCounts(self.limits)
         self._handler_args: dict[str, Any] = {
@@ -51,7 +55,9 @@ class HttpServer:
             # an hour: a client could hold thousands of sockets for nothing).
             "keepalive_timeout": self.limits.idle_timeout,
         }
-        app = build_app(service, audits, self.limits, auth, leases)
+        app = build_app(
+            service, audits, self.limits, auth, leases, metrics=metrics, collector=collector
+        )
         self.counts.shares = app[SHARES]
         self._runner = web.AppRunner(
             app,

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
+
+from node import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,10 @@ class AckSyncer:
                     return
                 batch, self._queue = self._queue, []
             try:
+                started = time.perf_counter()
                 self._sync()
+                if metrics.enabled:
+                    metrics.COMMIT_LOG_FSYNC.observe(time.perf_counter() - started)
             except Exception:
                 # Nothing is acknowledged that is not durable: these clients get
                 # no answer and time out with an unknown outcome.

@@ -22,12 +22,14 @@ import functools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pysyncobj import SyncObjConf
 
+from node import metrics
 from node.errors import NotApplied
 from node.state.commands import Command
 from node.state.machine import StateMachine
@@ -59,6 +61,17 @@ _READY_LAG_ENTRIES = 100
 _SWEEP_SECONDS = 0.25
 
 
+def _count_results(results: tuple[CommandResult, ...]) -> None:
+    """One increment per result code of an entry (most entries have one code)."""
+    first = results[0].code if results else None
+    if all(r.code is first for r in results):
+        if first is not None:
+            metrics.PROPOSALS_APPLIED.labels(first.value).inc(len(results))
+        return
+    for code, count in Counter(r.code for r in results).items():
+        metrics.PROPOSALS_APPLIED.labels(code.value).inc(count)
+
+
 class RaftConsensus:
     def __init__(
         self,
@@ -79,6 +92,8 @@ class RaftConsensus:
         self._syncobj: RkvSyncObj | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.role_changes = 0
+        # The leader's raft address at the last tick, None while there was none (metrics).
+        self._leader_seen: str | None = None
         self._proposer = GroupCommitProposer(
             self._submit,
             max_commands_per_entry=config.max_commands_per_entry,
@@ -194,6 +209,8 @@ class RaftConsensus:
         if self._storage_error is not None:
             logger.info("raft entry %d applied; the storage error has cleared", raft_index)
             self._storage_error = None
+        if metrics.enabled:
+            _count_results(results)
         return results
 
     def _caught_up(self, pulled: int) -> None:
@@ -234,7 +251,14 @@ class RaftConsensus:
                 calls, self._calls = self._calls, []
             for call in calls:
                 call()
-        if self._holding_elections and self._syncobj.leader_address() is not None:
+        leader = self._syncobj.leader_address()
+        if leader != self._leader_seen:
+            # As etcd counts: a leader after none or after another (an election's end,
+            # the same node re-elected included).
+            if leader is not None and metrics.enabled:
+                metrics.LEADER_CHANGES.inc()
+            self._leader_seen = leader
+        if self._holding_elections and leader is not None:
             self._holding_elections = False
             self._syncobj.release_elections(_JOINING)
         # At the end of every tick: entries this node appended during the tick

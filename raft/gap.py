@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from node import metrics
 from node.errors import ReplicationError, SnapshotFormatError, StorageError
 from node.storage.recovery import NodeStorage
 
@@ -33,6 +35,12 @@ SnapshotFormatError, StorageError or OSError). The composition root supplies it.
 
 FIRST_PAUSE = 1.0
 MAX_PAUSE = 30.0
+
+
+def _count_catch_up(result: str, started: float) -> None:
+    if metrics.enabled:
+        metrics.CATCH_UPS.labels(result).inc()
+        metrics.CATCH_UP_DURATION.observe(time.perf_counter() - started)
 
 
 class Target(NamedTuple):
@@ -136,12 +144,15 @@ class GapFiller:
         for source in self._sources(target.author):
             if self._stopping:
                 return False
+            started = time.perf_counter()
             try:
                 filled = self._catch_up(self._storage, source, target.raft_index, target.offset)
             except (ReplicationError, SnapshotFormatError, StorageError, OSError) as exc:
+                _count_catch_up("failed", started)
                 logger.warning("catching up from %s failed: %s", source, exc)
                 failures.append(f"{source}: {exc}")
                 continue
+            _count_catch_up("ok", started)
             self._filled(target, filled)
             return True
         reason = "; ".join(failures) or "no other member is known"

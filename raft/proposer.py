@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from node import metrics
 from node.errors import (
     InvalidRequest,
     NodeNotReady,
@@ -65,6 +66,14 @@ class _Pending:
     future: asyncio.Future[CommandResult]
     deadline: float
     size: int = 0  # batching_bytes(command)
+
+
+def _count_outcome(outcome: Outcome, commands: int) -> None:
+    """Count an entry's commands as committed, or failed by the error's code."""
+    if isinstance(outcome, RequestError):
+        metrics.PROPOSALS_FAILED.labels(outcome.code).inc(commands)
+    else:
+        metrics.PROPOSALS_COMMITTED.inc(commands)
 
 
 def _consume(future: asyncio.Future[CommandResult]) -> None:
@@ -176,6 +185,8 @@ class GroupCommitProposer:
             self._in_flight[entry_id] = _InFlight(futures, deadline)
             self.entries_submitted += 1
             self.commands_submitted += len(batch)
+            if metrics.enabled:
+                metrics.BATCH_COMMANDS.observe(len(batch))
             self._submit(entry_id, entry)
 
     def _batch_length(self) -> int:
@@ -203,6 +214,8 @@ class GroupCommitProposer:
 
     def _fail_pending(self, pending: _Pending, error: RequestError) -> None:
         self._waiting -= 1
+        if metrics.enabled:
+            metrics.PROPOSALS_FAILED.labels(error.code).inc()
         if pending.future is self._barrier:
             self._barrier = None
         if not pending.future.done():
@@ -223,6 +236,8 @@ class GroupCommitProposer:
             outcome = UnknownOutcome(
                 f"raft returned {len(outcome)} results for {len(entry.futures)} commands"
             )
+        if metrics.enabled:
+            _count_outcome(outcome, len(entry.futures))
         for i, future in enumerate(entry.futures):
             if future.done():
                 continue

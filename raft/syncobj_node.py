@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ import pysyncobj.syncobj as pysyncobj_core
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 
+from node import metrics
 from raft.config import TransportLimits
 from raft.journal import DiskJournal
 from raft.transmission import Transmissions
@@ -62,6 +64,8 @@ class DurableTransport(GuardedTransport):
         ):
             self._syncObj.sync_journal()
         sent: bool = super().send(node, message)
+        if not sent and metrics.enabled:
+            metrics.PEER_SEND_FAILURES.inc()
         return sent
 
 
@@ -150,10 +154,13 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         if (index, term) == self._rkv_synced:
             return
         fd = journal_fd(journal)
+        started = time.perf_counter()
         if fd is not None:
             os.fdatasync(fd)
         else:  # not pysyncobj 0.3.17's FileJournal: its own msync
             journal.flush()
+        if metrics.enabled:
+            metrics.JOURNAL_FSYNC.observe(time.perf_counter() - started)
         self._rkv_synced = (index, term)
 
     # -- a member that lost its raft state ----------------------------------------

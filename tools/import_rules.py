@@ -40,12 +40,13 @@ class Room:
     may_import: tuple[str, ...]
 
 
-FLOOR = ("node.errors", "node.keyspace")
+FLOOR = ("node.errors", "node.keyspace", "node.metrics")
 _STORAGE = (*FLOOR, "node.storage")
 
 ROOMS: tuple[Room, ...] = (
     Room("node.errors", "rkv's exception tree", ()),
     Room("node.keyspace", "key limits and the reserved internal prefix", ("node.errors",)),
+    Room("node.metrics", "the Prometheus counters and histograms, their registry", ()),
     Room("node.storage", "bytes on disk: commit log, LMDB, compaction, recovery", FLOOR),
     Room("node.state", "the deterministic state machine and its commands", _STORAGE),
     Room("node.snapshot", "whole-state files: format, export, restore, install", _STORAGE),

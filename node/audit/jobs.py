@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node import metrics
 from node.audit.export import (
     ERROR_NAME,
     MANIFEST_NAME,
@@ -225,7 +226,12 @@ class AuditExporter:
             self.prune()  # room for this export first; a running one is never deleted
             self._export(job, started)
         except Exception as exc:
+            if metrics.enabled:
+                metrics.AUDIT_EXPORTS.labels("failed").inc()
             self._fail(job, exc)
+        else:
+            if metrics.enabled:
+                metrics.AUDIT_EXPORTS.labels("ok").inc()
         finally:
             self._release(job)
             with self._lock:

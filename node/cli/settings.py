@@ -107,6 +107,7 @@ class NodeConfig:
     max_txn_result_bytes: int = DEFAULT_MAX_TXN_RESULT_BYTES
     transfer_rate_bytes: int = DEFAULT_TRANSFER_RATE
     transfer_idle_timeout: float = DEFAULT_TRANSFER_IDLE_TIMEOUT
+    metrics: bool = True
     join_url: str | None = None
     producer_expiry_seconds: float = DEFAULT_EXPIRY_MS / 1000
     max_producers: int = DEFAULT_MAX_PRODUCERS
@@ -247,56 +248,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         "retried, and a streamed answer (snapshot, log, watch) may wait for a client that "
         "reads nothing before it is closed (RKV_TRANSFER_IDLE_TIMEOUT, 30)",
     )
-    add(
-        "--watch-keepalive",
-        help="seconds an idle /v1/watch stream waits before a keep-alive line "
-        f"(RKV_WATCH_KEEPALIVE, {DEFAULT_WATCH_KEEPALIVE:g})",
-    )
-    add(
-        "--http-idle-timeout",
-        help="seconds an idle keep-alive HTTP connection stays open "
-        f"(RKV_HTTP_IDLE_TIMEOUT, {DEFAULT_HTTP_IDLE_TIMEOUT:g})",
-    )
-    add(
-        "--http-read-timeout",
-        help="seconds a request's head may take to arrive once it started, and its body "
-        f"likewise (RKV_HTTP_READ_TIMEOUT, {DEFAULT_HTTP_READ_TIMEOUT:g})",
-    )
-    add(
-        "--fair-share-busy",
-        help="the share of the event loop (0 to 1) clients must use over a second before "
-        "a client address that used more than the others waits (its requests are served "
-        f"later, not refused); 1 turns it off (RKV_FAIR_SHARE_BUSY, {DEFAULT_FAIR_SHARE_BUSY:g})",
-    )
-    add(
-        "--max-connections",
-        help="open HTTP connections this node holds; more are answered 503 "
-        f"too_many_connections (RKV_MAX_CONNECTIONS, {DEFAULT_MAX_CONNECTIONS})",
-    )
-    add(
-        "--max-connections-per-address",
-        help="open HTTP connections from one client address; more are answered 429 "
-        "(RKV_MAX_CONNECTIONS_PER_ADDRESS, "
-        f"{DEFAULT_MAX_CONNECTIONS_PER_ADDRESS})",
-    )
-    add(
-        "--max-body-bytes-in-flight",
-        help="bytes of request bodies this node serves at once (a request waits for its "
-        "share up to half --http-read-timeout, then 503 overloaded); at least the body "
-        "limit "
-        f"(RKV_MAX_BODY_BYTES_IN_FLIGHT, {DEFAULT_MAX_BODY_BYTES_IN_FLIGHT >> 20} MiB)",
-    )
-    add(
-        "--max-watches",
-        help="open /v1/watch streams and election observers on this node (RKV_MAX_WATCHES, "
-        f"{DEFAULT_MAX_WATCHES})",
-    )
-    add(
-        "--max-watches-per-address",
-        help="open /v1/watch streams and election observers from one client address "
-        "(RKV_MAX_WATCHES_PER_ADDRESS, "
-        f"{DEFAULT_MAX_WATCHES_PER_ADDRESS})",
-    )
+    _add_http_arguments(parser)
     add(
         "--max-page-bytes",
         help="a scan page ends before its keys and values pass this many bytes; the first "
@@ -351,11 +303,80 @@ def _add_auth_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_http_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of the HTTP side: timeouts, connection and stream caps, metrics."""
+    add = parser.add_argument
+    add(
+        "--watch-keepalive",
+        help="seconds an idle /v1/watch stream waits before a keep-alive line "
+        f"(RKV_WATCH_KEEPALIVE, {DEFAULT_WATCH_KEEPALIVE:g})",
+    )
+    add(
+        "--http-idle-timeout",
+        help="seconds an idle keep-alive HTTP connection stays open "
+        f"(RKV_HTTP_IDLE_TIMEOUT, {DEFAULT_HTTP_IDLE_TIMEOUT:g})",
+    )
+    add(
+        "--http-read-timeout",
+        help="seconds a request's head may take to arrive once it started, and its body "
+        f"likewise (RKV_HTTP_READ_TIMEOUT, {DEFAULT_HTTP_READ_TIMEOUT:g})",
+    )
+    add(
+        "--metrics",
+        choices=("on", "off"),
+        help="serve Prometheus metrics at GET /metrics and keep them up to date; off "
+        "removes the route and every update on the hot path (RKV_METRICS, on)",
+    )
+    add(
+        "--fair-share-busy",
+        help="the share of the event loop (0 to 1) clients must use over a second before "
+        "a client address that used more than the others waits (its requests are served "
+        f"later, not refused); 1 turns it off (RKV_FAIR_SHARE_BUSY, {DEFAULT_FAIR_SHARE_BUSY:g})",
+    )
+    add(
+        "--max-connections",
+        help="open HTTP connections this node holds; more are answered 503 "
+        f"too_many_connections (RKV_MAX_CONNECTIONS, {DEFAULT_MAX_CONNECTIONS})",
+    )
+    add(
+        "--max-connections-per-address",
+        help="open HTTP connections from one client address; more are answered 429 "
+        "(RKV_MAX_CONNECTIONS_PER_ADDRESS, "
+        f"{DEFAULT_MAX_CONNECTIONS_PER_ADDRESS})",
+    )
+    add(
+        "--max-body-bytes-in-flight",
+        help="bytes of request bodies this node serves at once (a request waits for its "
+        "share up to half --http-read-timeout, then 503 overloaded); at least the body "
+        "limit "
+        f"(RKV_MAX_BODY_BYTES_IN_FLIGHT, {DEFAULT_MAX_BODY_BYTES_IN_FLIGHT >> 20} MiB)",
+    )
+    add(
+        "--max-watches",
+        help="open /v1/watch streams and election observers on this node (RKV_MAX_WATCHES, "
+        f"{DEFAULT_MAX_WATCHES})",
+    )
+    add(
+        "--max-watches-per-address",
+        help="open /v1/watch streams and election observers from one client address "
+        "(RKV_MAX_WATCHES_PER_ADDRESS, "
+        f"{DEFAULT_MAX_WATCHES_PER_ADDRESS})",
+    )
+
+
 def _value(args: argparse.Namespace, env: Mapping[str, str], name: str) -> str | None:
     flag = getattr(args, name, None)
     if flag is not None:
         return str(flag) if not isinstance(flag, list) else ";".join(flag)
     return env.get(ENV_PREFIX + name.upper())
+
+
+def _on_off(value: str | None, flag: str, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    if value not in ("on", "off"):
+        raise ConfigError(f"{flag} must be on or off, not {value!r}")
+    return value == "on"
 
 
 def _required(value: str | None, flag: str, var: str) -> str:
@@ -706,6 +727,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         audit_keep_age_seconds=audit_keep_age,
         transfer_rate_bytes=transfer_rate,
         transfer_idle_timeout=idle_timeout,
+        metrics=_on_off(_value(args, env, "metrics"), "--metrics", default=True),
         tls=tls,
         auth=_auth_settings(args, env),
         leases=lease_limits(lambda name: _value(args, env, name), _positive_int, _positive_float),

@@ -15,9 +15,11 @@ from typing import Any
 
 from http_api.connections import HttpLimits
 from http_api.server import HttpServer
+from node import metrics as node_metrics
 from node.audit.jobs import AuditExporter
 from node.audit.retention import RetentionPolicy
 from node.cli.join import Discovery, Member, announce
+from node.cli.node_metrics import NodeCollector, NodeParts
 from node.cli.secure_start import auth_state_problem, insecure_warning
 from node.cli.settings import NodeConfig
 from node.errors import ConfigError, RequestError
@@ -146,6 +148,16 @@ async def serve(
             tls=config.tls.server,
             auth=auth,
             leases=leases,
+            metrics=config.metrics,
+            collector=NodeCollector(
+                NodeParts(
+                    status=consensus.status,
+                    storage=storage,
+                    compactor=compactor,
+                    producer_count=machine.known_producer_count,
+                    lease_count=lambda: int(leases.status()["count"]),
+                )
+            ),
         )
         await http.start()
         logger.info(
@@ -325,6 +337,8 @@ def run_node(config: NodeConfig, discovery: Discovery | None = None) -> None:
     # switch interval a busy loop delays every raft step (receive, commit,
     # apply) by up to 5 ms; 0.5 ms keeps raft responsive under HTTP load.
     sys.setswitchinterval(0.0005)
+    # Before anything runs: with --metrics off no counter is updated (node/metrics.py).
+    node_metrics.enabled = config.metrics
     _raise_open_files_limit(config)
 
     async def main() -> None:

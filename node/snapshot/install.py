@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from node import metrics
 from node.snapshot.format import SnapshotHeader, SnapshotProgress
 from node.snapshot.restore import build_staging
 from node.storage.datadir import (
@@ -76,6 +77,8 @@ def install_snapshot(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     seconds = time.monotonic() - started
+    if metrics.enabled:
+        metrics.SNAPSHOT_INSTALL_DURATION.observe(seconds)
     logger.info(
         "installed a snapshot of %d keys at raft index %d, offset %d (%d log bytes) in %.2fs",
         header.record_count,

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from node import metrics
 from node.storage.commit_log import CommitLog
 from node.storage.compaction import CompactionPolicy, CompactionResult, compact
 
@@ -66,6 +67,7 @@ class Compactor:
             if force:
                 await self._on_apply_thread(self._log.roll)
             self._progress = (0, 0)
+            started = time.perf_counter()
             try:
                 result = await asyncio.to_thread(
                     compact,
@@ -82,6 +84,8 @@ class Compactor:
             self._compacted_closed_bytes = self._closed_bytes()
             self.runs += 1
             self.reclaimed_bytes += result.bytes_reclaimed
+            if metrics.enabled:
+                metrics.COMPACTION_DURATION.observe(time.perf_counter() - started)
             return result
 
     def _note_progress(self, examined: int, total: int) -> None:

@@ -43,6 +43,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +51,7 @@ from typing import NamedTuple, cast
 
 import lmdb
 
+from node import metrics
 from node.errors import StoreCorruptError, StoreError
 from node.keyspace import RESERVED_PREFIX
 from node.storage.datadir import fsync_directory
@@ -454,6 +456,7 @@ class LmdbStore:
         applied_offset: int,
     ) -> None:
         for _ in range(_MAX_GROWTHS):
+            started = time.perf_counter()
             try:
                 with self._env.begin(write=True) as txn:
                     body(txn)
@@ -464,6 +467,8 @@ class LmdbStore:
                 continue
             except lmdb.Error as exc:
                 raise StoreError(f"LMDB write failed in {self.path}: {exc}") from exc
+            if metrics.enabled:
+                metrics.LMDB_WRITE.observe(time.perf_counter() - started)
             self.applied_index = applied_index
             self.applied_offset = applied_offset
             return

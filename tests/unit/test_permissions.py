@@ -23,9 +23,10 @@ def test_every_served_route_is_in_the_permission_table(app: web.Application) -> 
     assert set(ROUTE_NEEDS) - served == set(), "the table names routes nobody serves"
 
 
-def test_only_probes_the_document_and_the_token_exchange_are_open() -> None:
+def test_only_probes_metrics_the_document_and_the_token_exchange_are_open() -> None:
     open_routes = {route for route, need in ROUTE_NEEDS.items() if need is Need.OPEN}
     assert open_routes == {
+        ("GET", "/metrics"),  # as etcd's: counts only, never a key (docs/OBSERVABILITY.md)
         ("GET", "/livez"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),

@@ -87,7 +87,7 @@ AUDITS: web.AppKey[AuditApi] = web.AppKey("audits", AuditApi)
 
 async def _start_body(request: web.Request) -> tuple[str | None, int | None]:
     raw = await read_body(request)
-    if not raw.strip():
+    if not raw.strip(b" \t\r\n"):  # JSON's whitespace only: \x0c is not JSON
         return None, None
     body = await read_json(request, f"JSON: {_BODY}")
     if not isinstance(body, dict):

@@ -8,6 +8,7 @@ from http_api import (
     routes_audit,
     routes_auth,
     routes_elections,
+    routes_health,
     routes_kv,
     routes_leases,
     routes_locks,
@@ -76,6 +77,7 @@ def build_app(
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
+    routes_health.add_routes(app, SERVICE)
     routes_log.add_routes(app, SERVICE)
     routes_snapshot.add_routes(app, SERVICE)
     routes_watch.add_routes(app, SERVICE, LIMITS)

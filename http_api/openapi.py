@@ -16,6 +16,7 @@ from typing import Any
 
 from http_api.openapi_audit import audit_paths, audit_schemas
 from http_api.openapi_auth import SECURITY_SCHEMES, auth_paths, secure
+from http_api.openapi_health import health_paths
 from http_api.openapi_kv import kv_paths
 from http_api.openapi_leases import lease_paths
 from http_api.openapi_locks import lock_paths
@@ -38,6 +39,7 @@ def openapi_document() -> dict[str, Any]:
                 **lease_paths(),
                 **lock_paths(),
                 **node_paths(),
+                **health_paths(),
                 **audit_paths(),
                 **auth_paths(),
             }

@@ -74,27 +74,6 @@ def node_paths() -> dict[str, Any]:
                 },
             }
         },
-        "/healthz": {
-            "get": {
-                "summary": "The process is alive (the same as /livez)",
-                "responses": {"200": json_content({"type": "object"}, "Alive")},
-            }
-        },
-        "/livez": {
-            "get": {
-                "summary": "The process serves HTTP (open without credentials)",
-                "responses": {"200": json_content({"type": "object"}, "Alive")},
-            }
-        },
-        "/readyz": {
-            "get": {
-                "summary": "Caught up and able to serve",
-                "responses": {
-                    "200": json_content({"type": "object"}, "Ready"),
-                    "503": json_content({"type": "object"}, "Not ready, with the reason"),
-                },
-            }
-        },
         "/v1/log": {
             "get": {
                 "summary": "This node's commit log from an offset (pull replication)",

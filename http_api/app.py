@@ -28,6 +28,7 @@ from http_api.fair_share import SHARES, FairShare
 from http_api.kv_api import KvApi
 from http_api.lease_api import LeaseApi
 from http_api.lease_context import LEASES
+from http_api.request_id import add_request_id_header, request_id_middleware
 from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
 from http_api.stream_slots import STREAMS, StreamSlots
@@ -48,6 +49,7 @@ def build_app(
     ``leases_unavailable`` without one)."""
     app = web.Application(
         middlewares=[
+            request_id_middleware,
             request_bounds,
             share_the_loop,
             error_middleware,
@@ -57,6 +59,7 @@ def build_app(
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
+    app.on_response_prepare.append(add_request_id_header)
     if auth is not None:
         app[AUTH] = auth
     if leases is not None:

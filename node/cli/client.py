@@ -389,7 +389,7 @@ def add_commands(sub: Any) -> None:
     status = command(
         "status",
         "one table for the cluster: each member's role, leader, term, applied index, lag, "
-        "keys, log bytes, last compaction and version (exit 3 if a member is unreachable)",
+        "LMDB entries, log bytes, last compaction and version (exit 3 if a member is unreachable)",
     )
     add_status_arguments(status)
 

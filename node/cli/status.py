@@ -3,7 +3,8 @@
 The members come from the first node of --url that answers (its /v1/status);
 then each member's own /v1/status fills its row: role, leader, raft term,
 applied index, lag (the leader's commit index, else the highest one seen, minus
-the member's applied index), keys, commit-log bytes, last compaction, version.
+the member's applied index), LMDB entries (user keys and internal records),
+commit-log bytes, last compaction, version.
 A member that does not answer is a row saying so, with its error on stderr,
 and the command exits 3. ``-o json`` prints the rows as JSON; ``--json`` the
 raw /v1/status of the first node that answers.
@@ -31,7 +32,7 @@ COLUMNS = (
     ("TERM", "term"),
     ("APPLIED", "applied_index"),
     ("LAG", "lag"),
-    ("KEYS", "keys"),
+    ("ENTRIES", "entries"),
     ("LOG-BYTES", "log_bytes"),
     ("LAST-COMPACTION", "last_compaction"),
     ("VERSION", "version"),
@@ -49,7 +50,8 @@ class MemberRow:
     applied_index: int | None = None
     commit_index: int | None = None
     lag: int | None = None
-    keys: int | None = None
+    entries: int | None = None
+    """LMDB entries: user keys plus rkv's internal records."""
     log_bytes: int | None = None
     last_compaction: str | None = None
     """When this member's last compaction finished (ISO 8601, UTC); None: never."""
@@ -95,7 +97,7 @@ def _row(member: dict[str, Any], seen: dict[str, Any]) -> MemberRow:
         term=_int(seen.get("term")),
         applied_index=_int(seen.get("applied_index")),
         commit_index=_int(seen.get("commit_index")),
-        keys=_int(storage.get("keys")),
+        entries=_int(storage.get("entries")),
         log_bytes=_int(storage.get("log_bytes")),
         last_compaction=_finished_at(seen),
         version=str(seen["version"]) if "version" in seen else None,

@@ -722,10 +722,12 @@ class KvService:
         status["applied_index"] = self._store.applied_index
         status["compaction"] = self._compactor.status()
         status["version"] = self._version
+        # LMDB's entry count (O(1)): user keys plus internal records (producers,
+        # leases, auth, checkpoints, members); counting user keys alone walks the latter.
         with self._store.reader() as view:
-            keys = view.count()
+            entries = view.count(include_internal=True)
         status["storage"] = {
-            "keys": keys,
+            "entries": entries,
             "log_bytes": self._log.size_bytes,
             "log_segments": self._log.segment_count,
         }

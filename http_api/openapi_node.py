@@ -38,7 +38,9 @@ def node_paths() -> dict[str, Any]:
                 "auth). leases: count (the leases this node tracks), expiring (whether "
                 "it expires them: the leader, once its clock is promoted) and the lease "
                 "limits (--max-leases, --max-lease-ttl, --max-lease-attachments, "
-                "--max-lock-waiters, --max-lock-wait).",
+                "--max-lock-waiters, --max-lock-wait). version: this node's rkv version. "
+                "storage: entries (LMDB's entry count: user keys plus internal records), "
+                "log_bytes and log_segments (the commit log on disk).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

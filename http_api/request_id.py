@@ -16,7 +16,7 @@ HEADER = "Rkv-Request-Id"
 _INCOMING = (HEADER, "X-Request-Id")
 # A token a log line or a header can hold as it is: short, no spaces or quotes.
 _SANE = re.compile(r"[A-Za-z0-9._:/+=-]{1,64}")
-_KEY = "rkv_request_id"
+_KEY: web.RequestKey[str] = web.RequestKey("rkv_request_id", str)
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("rkv_request_id", default=None)
 

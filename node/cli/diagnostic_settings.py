@@ -48,7 +48,7 @@ def diagnostic_settings(value: Callable[[str], str | None]) -> DiagnosticSetting
     if log_format not in LOG_FORMATS:
         raise ConfigError(f"--log-format must be text or json, not {log_format!r:.40}")
     free = value("ready_min_free_bytes")
-    if free is not None and not free.isdigit():
+    if free is not None and not (free.isascii() and free.isdigit()):
         raise ConfigError(
             f"--ready-min-free-bytes must be a whole number of bytes, not {free!r:.40}"
         )

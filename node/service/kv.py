@@ -722,6 +722,7 @@ class KvService:
         status["applied_index"] = self._store.applied_index
         status["compaction"] = self._compactor.status()
         status["version"] = self._version
+        status["ready"] = self.readiness().ready  # /readyz's verdict, the disk included
         # LMDB's entry count (O(1)): user keys plus internal records (producers,
         # leases, auth, checkpoints, members); counting user keys alone walks the latter.
         with self._store.reader() as view:

@@ -109,4 +109,5 @@ def test_a_data_directory_short_of_space_fails_the_storage_check(kv: LocalCluste
     assert "--ready-min-free-bytes" in lines[0]
     reason = http("GET", node.url + "/readyz").json()["reason"]
     assert reason.startswith("the filesystem of ")
+    assert http("GET", node.url + "/v1/status").json()["ready"] is False
     wait_until(lambda: verbose(node, "&exclude=storage")[0] == 200, 60, "the other checks to pass")

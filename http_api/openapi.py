@@ -31,7 +31,10 @@ def openapi_document() -> dict[str, Any]:
             "title": "rkv",
             "version": "1",
             "description": "A Raft-replicated key-value store. Versions are commit-log "
-            "offsets: every mutation gets the next one.",
+            "offsets: every mutation gets the next one. Every answer carries an "
+            "Rkv-Request-Id header: the request's Rkv-Request-Id or X-Request-Id when "
+            "that is 1 to 64 of letters, digits and ._:/+=-, else one the node made up; "
+            "the node's log lines written while serving the request carry it.",
         },
         "paths": secure(
             {

@@ -9,6 +9,7 @@ from http_api import (
     routes_audit,
     routes_auth,
     routes_elections,
+    routes_health,
     routes_kv,
     routes_leases,
     routes_locks,
@@ -29,6 +30,7 @@ from http_api.fair_share import SHARES, FairShare
 from http_api.kv_api import KvApi
 from http_api.lease_api import LeaseApi
 from http_api.lease_context import LEASES
+from http_api.request_id import add_request_id_header, request_id_middleware
 from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
 from http_api.stream_slots import STREAMS, StreamSlots
@@ -55,6 +57,7 @@ def build_app(
     gauges) in the registry while the app runs."""
     app = web.Application(
         middlewares=[
+            request_id_middleware,
             *([routes_metrics.count_requests] if metrics else []),
             request_bounds,
             share_the_loop,
@@ -65,6 +68,7 @@ def build_app(
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service
+    app.on_response_prepare.append(add_request_id_header)
     if auth is not None:
         app[AUTH] = auth
     if leases is not None:
@@ -88,6 +92,7 @@ def build_app(
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
+    routes_health.add_routes(app, SERVICE)
     routes_log.add_routes(app, SERVICE)
     routes_snapshot.add_routes(app, SERVICE)
     routes_watch.add_routes(app, SERVICE, LIMITS)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from node.service.kv import Consistency, ScanPage
 from node.service.lease_types import Fence
+from node.service.readiness import Readiness
 from node.service.types import CompactionResult, Record, StoredValue
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
@@ -155,6 +156,10 @@ class KvApi(Protocol):
     def status(self) -> dict[str, Any]: ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def readiness(self, exclude: Iterable[str] = ()) -> Readiness:
+        """The readiness checks but ``exclude``d ones (an unknown name: InvalidRequest)."""
+        ...
 
     def members(self) -> list[dict[str, str]]: ...
 

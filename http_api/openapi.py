@@ -17,6 +17,7 @@ from typing import Any
 
 from http_api.openapi_audit import audit_paths, audit_schemas
 from http_api.openapi_auth import SECURITY_SCHEMES, auth_paths, secure
+from http_api.openapi_health import health_paths
 from http_api.openapi_kv import kv_paths
 from http_api.openapi_leases import lease_paths
 from http_api.openapi_locks import lock_paths
@@ -32,7 +33,10 @@ def openapi_document() -> dict[str, Any]:
             "title": "rkv",
             "version": "1",
             "description": "A Raft-replicated key-value store. Versions are commit-log "
-            "offsets: every mutation gets the next one.",
+            "offsets: every mutation gets the next one. Every answer carries an "
+            "Rkv-Request-Id header: the request's Rkv-Request-Id or X-Request-Id when "
+            "that is 1 to 64 of letters, digits and ._:/+=-, else one the node made up; "
+            "the node's log lines written while serving the request carry it.",
         },
         "paths": secure(
             {
@@ -41,6 +45,7 @@ def openapi_document() -> dict[str, Any]:
                 **lock_paths(),
                 **node_paths(),
                 **metrics_paths(),
+                **health_paths(),
                 **audit_paths(),
                 **auth_paths(),
             }

@@ -19,7 +19,8 @@ _ERROR_TEXT = {
     307: "Not the leader (consistency=leader, membership changes, audits): Location names "
     "the leader",
     400: "Invalid request (bad key, parameter, header or body; invalid_audit_id, "
-    "invalid_buckets; leases: invalid_ttl, invalid_fencing: a malformed Rkv-Fencing)",
+    "invalid_buckets; unknown_check: /readyz?exclude names no check; leases: invalid_ttl, "
+    "invalid_fencing: a malformed Rkv-Fencing)",
     401: "Authentication is on and the request carries no valid credentials "
     '(WWW-Authenticate: Basic realm="rkv", Bearer): unauthenticated (none), '
     "invalid_credentials (wrong user or password, or a client certificate naming no "

@@ -38,7 +38,9 @@ def node_paths() -> dict[str, Any]:
                 "auth). leases: count (the leases this node tracks), expiring (whether "
                 "it expires them: the leader, once its clock is promoted) and the lease "
                 "limits (--max-leases, --max-lease-ttl, --max-lease-attachments, "
-                "--max-lock-waiters, --max-lock-wait).",
+                "--max-lock-waiters, --max-lock-wait). version: this node's rkv version. "
+                "storage: entries (LMDB's entry count: user keys plus internal records), "
+                "log_bytes and log_segments (the commit log on disk).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },
@@ -71,27 +73,6 @@ def node_paths() -> dict[str, Any]:
                         "Checkpoints",
                     ),
                     **errors(400),
-                },
-            }
-        },
-        "/healthz": {
-            "get": {
-                "summary": "The process is alive (the same as /livez)",
-                "responses": {"200": json_content({"type": "object"}, "Alive")},
-            }
-        },
-        "/livez": {
-            "get": {
-                "summary": "The process serves HTTP (open without credentials)",
-                "responses": {"200": json_content({"type": "object"}, "Alive")},
-            }
-        },
-        "/readyz": {
-            "get": {
-                "summary": "Caught up and able to serve",
-                "responses": {
-                    "200": json_content({"type": "object"}, "Ready"),
-                    "503": json_content({"type": "object"}, "Not ready, with the reason"),
                 },
             }
         },

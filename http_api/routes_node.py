@@ -1,5 +1,4 @@
-"""Node endpoints: /v1/status, /v1/checkpoints, /healthz and /livez (the process serves),
-/readyz, /v1/openapi.json,
+"""Node endpoints: /v1/status, /v1/checkpoints, /v1/openapi.json,
 /v1/admin/compact, and membership: /v1/cluster/members (GET, POST) and
 /v1/cluster/members/{id} (DELETE)."""
 
@@ -26,13 +25,6 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         if shares is not None:
             body["fair_share"] = shares.summary()
         return json_response(body)
-
-    async def healthz(request: web.Request) -> web.Response:
-        return json_response({"status": "alive"})
-
-    async def readyz(request: web.Request) -> web.Response:
-        ready, reason = request.app[service_key].ready()
-        return json_response({"ready": ready, "reason": reason}, 200 if ready else 503)
 
     async def compact(request: web.Request) -> web.Response:
         result = await request.app[service_key].compact(force=True)
@@ -88,8 +80,5 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     app.router.add_route("POST", "/v1/cluster/members", add_member)
     app.router.add_route("DELETE", "/v1/cluster/members/{id}", remove_member)
     app.router.add_route("PUT", "/v1/cluster/members/{id}", set_member_url)
-    app.router.add_route("GET", "/healthz", healthz)
-    app.router.add_route("GET", "/livez", healthz)
-    app.router.add_route("GET", "/readyz", readyz)
     app.router.add_route("GET", "/v1/openapi.json", openapi)
     app.router.add_route("POST", "/v1/admin/compact", compact)

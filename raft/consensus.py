@@ -352,15 +352,38 @@ class RaftConsensus:
         behind a raft marker), so that it serves no reads; None if it may."""
         return self.stuck_reason() or self._gap.behind
 
-    def ready(self) -> bool:
+    def readiness(self) -> dict[str, str | None]:
+        """What keeps this node from being ready, by check (None: the check passes).
+
+        ``storage``: the last apply did not fail; ``not_stalled``: no gap it failed
+        to fill and none being filled behind a raft marker; ``leader``: a leader is
+        known and connected; ``applied``: the commit index learned at start-up is
+        applied and the node is at most _READY_LAG_ENTRIES behind the leader's."""
         syncobj = self._syncobj
-        return (
-            syncobj is not None
-            and self.stalled_reason() is None
-            and syncobj.isReady()
-            and self.leader() is not None
-            and syncobj.apply_lag() <= _READY_LAG_ENTRIES
-        )
+        gap = self._gap.stalled or self._gap.behind
+        if syncobj is None:
+            leader: str | None = "raft is not running"
+            applied: str | None = "raft is not running"
+        else:
+            leader = None if self.leader() is not None else "no leader known"
+            lag = syncobj.apply_lag()
+            if not syncobj.isReady():
+                applied = "the commit index learned at start-up is not applied yet"
+            elif lag > _READY_LAG_ENTRIES:
+                applied = (
+                    f"{lag} committed entries not applied here (the bound is {_READY_LAG_ENTRIES})"
+                )
+            else:
+                applied = None
+        return {
+            "storage": self._storage_error,
+            "not_stalled": gap,
+            "leader": leader,
+            "applied": applied,
+        }
+
+    def ready(self) -> bool:
+        return all(problem is None for problem in self.readiness().values())
 
     def status(self) -> dict[str, Any]:
         syncobj = self._syncobj

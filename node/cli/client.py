@@ -55,6 +55,7 @@ from node.cli.common import (
     signed_int64,
 )
 from node.cli.credential_flags import add_credentials_arguments, credentials_from
+from node.cli.status import add_status_arguments, run_status
 
 PRODUCER_DEADLINE = 15.0  # seconds a --producer write is resent at least (or --timeout)
 
@@ -232,40 +233,6 @@ def _client_cmd_txn(client: RkvClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _client_cmd_status(client: RkvClient, args: argparse.Namespace) -> int:
-    status = client.status()
-    if args.json:
-        print(json.dumps(status, indent=2))
-        return 0
-    members = status.get("members") or [{"id": status.get("id"), "url": status.get("url")}]
-    members = sorted(members, key=lambda member: str(member.get("id")))
-    rows = [("ID", "URL", "ROLE", "REACHABLE", "LEADER")]
-    for member in members:
-        url = str(member.get("url"))
-        seen: dict[str, Any] | None = status if member.get("self") else None
-        if seen is None:
-            try:
-                seen = client.status(url, timeout=min(args.timeout, 2.0))
-            except RkvClientError:
-                seen = None
-        leader = (seen or {}).get("leader") or {}
-        rows.append(
-            (
-                str(member.get("id")),
-                url,
-                str(seen.get("role", "?")) if seen else "?",
-                "yes" if seen else "no",
-                str(leader.get("id", "-")) if seen else "-",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
-    return 0
-
-
 def _client_cmd_compact(client: RkvClient, args: argparse.Namespace) -> int:
     """POST /v1/admin/compact on every node named by --url, one after the other."""
     results = {}
@@ -419,8 +386,12 @@ def add_commands(sub: Any) -> None:
     )
     compact.add_argument("--json", action="store_true", help="the raw results")
 
-    status = command("status", "the cluster's members, roles and leader")
-    status.add_argument("--json", action="store_true", help="the raw /v1/status of one node")
+    status = command(
+        "status",
+        "one table for the cluster: each member's role, leader, term, applied index, lag, "
+        "LMDB entries, log bytes, last compaction and version (exit 3 if a member is unreachable)",
+    )
+    add_status_arguments(status)
 
     producer = sub.add_parser("producer", help="idempotent producers (see --producer)")
     actions = producer.add_subparsers(dest="producer_command", required=True)
@@ -495,7 +466,7 @@ _COMMANDS: dict[str, Callable[[RkvClient, argparse.Namespace], int]] = {
     "append": _client_cmd_append,
     "scan": _client_cmd_scan,
     "txn": _client_cmd_txn,
-    "status": _client_cmd_status,
+    "status": run_status,
     "compact": _client_cmd_compact,
     "producer": _client_cmd_producer,
 }

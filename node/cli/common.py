@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from http_api.client import DEFAULT_URL, parse_urls
@@ -27,6 +28,14 @@ EXIT_UNREACHABLE = 3
 """No node answered, or the cluster could not serve the request."""
 
 MAX_INT64 = 2**63 - 1
+
+
+def rkv_version() -> str:
+    """The installed rkv's version, "unknown" when it is not installed."""
+    try:
+        return version("rkv")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def node_urls(given: list[str] | str | None) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 from node.cli import (
     audit,
@@ -30,6 +29,7 @@ from node.cli import (
     snapshot,
     user,
 )
+from node.cli.common import rkv_version
 from node.errors import RkvError
 
 FAMILIES = (
@@ -49,16 +49,9 @@ FAMILIES = (
 )
 
 
-def _version() -> str:
-    try:
-        return version("rkv")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rkv", description="rkv: a Raft-replicated KV store")
-    parser.add_argument("--version", action="version", version=f"rkv {_version()}")
+    parser.add_argument("--version", action="version", version=f"rkv {rkv_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
     for family in FAMILIES:

@@ -46,11 +46,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 def _cmd_node(args: argparse.Namespace) -> int:
     from node.cli.join import discover  # noqa: PLC0415 (the server stack: only when it runs)
+    from node.cli.json_logs import use_log_format  # noqa: PLC0415
     from node.cli.wiring import run_node  # noqa: PLC0415
     from node.service.auth_tokens import member_headers  # noqa: PLC0415
 
     try:
         config = node_config(args)
+        use_log_format(config.diagnostics.log_format, config.node_id)
         discovery = None
         if config.join_url is not None:
             # The running cluster's members become this node's peers.

@@ -16,6 +16,11 @@ from pathlib import Path
 from http_api.request_size import body_limit
 from http_api.tls import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_TLS_HANDSHAKE_TIMEOUT
 from node.audit.retention import DEFAULT_KEEP, DEFAULT_KEEP_AGE_SECONDS
+from node.cli.diagnostic_settings import (
+    DiagnosticSettings,
+    add_diagnostic_arguments,
+    diagnostic_settings,
+)
 from node.cli.lease_settings import add_lease_arguments, lease_limits
 from node.cli.secure_start import StartSecurity, add_security_arguments, start_security
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
@@ -123,6 +128,8 @@ class NodeConfig:
     """--root-password-file, --insecure-no-auth (node/cli/secure_start.py)."""
     leases: LeaseLimits = field(default_factory=LeaseLimits)
     """--max-leases, --max-lease-ttl... (node/cli/lease_settings.py)."""
+    diagnostics: DiagnosticSettings = field(default_factory=DiagnosticSettings)
+    """--log-format, --ready-min-free-bytes (node/cli/diagnostic_settings.py)."""
 
     @property
     def audit_path(self) -> Path:
@@ -153,6 +160,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
     add_tls_arguments(parser)
     add_lease_arguments(parser)
+    add_diagnostic_arguments(parser)
     add_security_arguments(parser)
     add(
         "--insecure-dev-mode",
@@ -195,7 +203,6 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         help="accepted raft connections still authenticating at once; a new one past it "
         f"closes the oldest (RKV_MAX_RAFT_HANDSHAKES, {DEFAULT_MAX_HANDSHAKES})",
     )
-    add("--log-level", help="DEBUG, INFO, WARNING (RKV_LOG_LEVEL, INFO)")
     add("--tombstone-retention", help="seconds deletes stay in a compacted log (86400)")
     add("--compaction-interval", help="seconds between compaction checks (300)")
     add(
@@ -731,6 +738,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         tls=tls,
         auth=_auth_settings(args, env),
         leases=lease_limits(lambda name: _value(args, env, name), _positive_int, _positive_float),
+        diagnostics=diagnostic_settings(lambda name: _value(args, env, name)),
         security=start_security(
             http_host,
             tls.server is not None,

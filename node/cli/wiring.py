@@ -18,6 +18,7 @@ from http_api.server import HttpServer
 from node import metrics as node_metrics
 from node.audit.jobs import AuditExporter
 from node.audit.retention import RetentionPolicy
+from node.cli.common import rkv_version
 from node.cli.join import Discovery, Member, announce
 from node.cli.node_metrics import NodeCollector, NodeParts
 from node.cli.secure_start import auth_state_problem, insecure_warning
@@ -120,6 +121,9 @@ async def serve(
             max_leases=config.leases.max_leases,
             max_lease_ttl=config.leases.max_lease_ttl,
             lease_status=leases.status,
+            data_paths=(config.data_dir,),
+            min_free_bytes=config.diagnostics.ready_min_free_bytes,
+            version=rkv_version(),
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))

@@ -23,9 +23,10 @@ import enum
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from node.errors import (
@@ -46,6 +47,7 @@ from node.errors import (
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
 from node.service.lease_types import Fence
 from node.service.pace import Pace
+from node.service.readiness import DEFAULT_MIN_FREE_BYTES, Readiness, disk_problem, run_checks
 from node.service.txn_reads import returns_over
 from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
 from node.snapshot.stream import SnapshotStream
@@ -118,6 +120,11 @@ class ConsensusLog(Protocol):
         ...
 
     def ready(self) -> bool: ...
+
+    def readiness(self) -> dict[str, str | None]:
+        """What keeps the node from being ready, by check name (node/service/readiness.py):
+        ``storage`` (a failing apply), ``not_stalled``, ``leader``, ``applied``."""
+        ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -240,7 +247,13 @@ class KvService:
         max_leases: int = DEFAULT_MAX_LEASES,
         max_lease_ttl: int = DEFAULT_MAX_LEASE_TTL,
         lease_status: Callable[[], dict[str, Any]] | None = None,
+        data_paths: tuple[Path, ...] = (),
+        min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
+        version: str = "unknown",
     ) -> None:
+        self._data_paths = data_paths
+        self._min_free_bytes = min_free_bytes
+        self._version = version
         self._lease_status = lease_status
         self._max_leases = max_leases
         self._max_lease_ttl = max_lease_ttl
@@ -708,6 +721,17 @@ class KvService:
         status["applied_offset"] = self._store.applied_offset
         status["applied_index"] = self._store.applied_index
         status["compaction"] = self._compactor.status()
+        status["version"] = self._version
+        status["ready"] = self.readiness().ready  # /readyz's verdict, the disk included
+        # LMDB's entry count (O(1)): user keys plus internal records (producers,
+        # leases, auth, checkpoints, members); counting user keys alone walks the latter.
+        with self._store.reader() as view:
+            entries = view.count(include_internal=True)
+        status["storage"] = {
+            "entries": entries,
+            "log_bytes": self._log.size_bytes,
+            "log_segments": self._log.segment_count,
+        }
         # What one request may hold here, so clients (the Redis replicator) can size
         # their transactions instead of learning it from a 413.
         status["limits"] = {
@@ -763,10 +787,15 @@ class KvService:
             raise InvalidRequest(problem)
         return await self._consensus.set_member_url(node_id, url.rstrip("/"))
 
+    def readiness(self, exclude: Iterable[str] = ()) -> Readiness:
+        """The readiness checks (node/service/readiness.py) but those in ``exclude``;
+        an unknown name is an InvalidRequest."""
+        return run_checks(
+            self._consensus.readiness(),
+            lambda: disk_problem(self._data_paths, self._min_free_bytes),
+            exclude,
+        )
+
     def ready(self) -> tuple[bool, str]:
-        reason = self._consensus.stalled_reason()
-        if reason is not None:
-            return False, reason
-        if not self._consensus.ready():
-            return False, "not caught up with the leader, or no leader known"
-        return True, "ready"
+        readiness = self.readiness()
+        return readiness.ready, readiness.reason

@@ -160,22 +160,6 @@ def test_txn_from_a_file_and_stdin(kv: LocalCluster, tmp_path: Path) -> None:
     assert bad_key.returncode == 1 and "base64" in err(bad_key)
 
 
-def test_status_table_and_json(kv: LocalCluster) -> None:
-    table = rkv("status", url=kv.nodes[0].url)
-    assert table.returncode == 0, err(table)
-    header, *rows = out(table).splitlines()
-    assert header.split() == ["ID", "URL", "ROLE", "REACHABLE", "LEADER"]
-    leader = kv.leader()
-    cells = {row.split()[0]: row.split() for row in rows}
-    assert set(cells) == {n.node_id for n in kv.nodes}
-    for node in kv.nodes:
-        _, url, role, reachable, its_leader = cells[node.node_id]
-        assert url == node.url and reachable == "yes" and its_leader == leader.node_id
-        assert role == ("leader" if node is leader else "follower")
-    raw = json.loads(out(rkv("status", "--json", url=kv.nodes[1].url)))
-    assert raw["id"] == kv.nodes[1].node_id and len(raw["members"]) == 3
-
-
 def test_urls_from_the_environment_and_lists(kv: LocalCluster) -> None:
     (dead,) = free_ports(1)
     dead_url = f"http://127.0.0.1:{dead}"
@@ -228,22 +212,6 @@ def test_usage_errors_exit_2() -> None:
     assert not_json.returncode == 2 and "not JSON" in err(not_json)
     a_list = rkv("txn", "-", "--url", "http://127.0.0.1:9", stdin=b"[]")
     assert a_list.returncode == 2 and "JSON object" in err(a_list)
-
-
-def test_status_marks_a_stopped_node_unreachable(kv: LocalCluster) -> None:
-    leader = kv.leader()
-    index = next(i for i, n in enumerate(kv.nodes) if n is not leader)
-    down = kv.nodes[index]
-    try:
-        kv.kill(index)
-        table = rkv("status", "--url", down.url, "--url", leader.url)
-        assert table.returncode == 0, err(table)
-        rows = {row.split()[0]: row.split() for row in out(table).splitlines()[1:]}
-        assert rows[down.node_id][2:] == ["?", "no", "-"]
-        assert rows[leader.node_id][2:] == ["leader", "yes", leader.node_id]
-    finally:
-        kv.start_node(index)
-        kv.wait_ready(nodes=kv.nodes)
 
 
 # -- incr, append and idempotent producers ---------------------------------------------------

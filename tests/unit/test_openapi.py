@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -35,6 +35,7 @@ from node.errors import InvalidRequest
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
 from node.service.kv import Consistency, ScanPage, member_problem
 from node.service.lease_types import Fence
+from node.service.readiness import Readiness
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
@@ -187,6 +188,9 @@ class NoService:
         raise NotImplementedError
 
     def ready(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+    def readiness(self, exclude: Iterable[str] = ()) -> Readiness:
         raise NotImplementedError
 
     def members(self) -> list[dict[str, str]]:

@@ -151,3 +151,19 @@ def test_a_new_data_directory_is_the_owners_only(tmp_path: Path) -> None:
         assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o700
     finally:
         storage.close()
+
+
+def test_log_format_and_the_readiness_free_space_bound() -> None:
+    default = parse(BASE, SECRET).diagnostics
+    assert (default.log_format, default.ready_min_free_bytes) == ("text", 64 * 1024 * 1024)
+    flags = parse([*BASE, "--log-format", "JSON", "--ready-min-free-bytes", "0"], SECRET)
+    assert (flags.diagnostics.log_format, flags.diagnostics.ready_min_free_bytes) == ("json", 0)
+    env = {**SECRET, "RKV_LOG_FORMAT": "json", "RKV_READY_MIN_FREE_BYTES": "1000"}
+    from_env = parse(BASE, env).diagnostics
+    assert (from_env.log_format, from_env.ready_min_free_bytes) == ("json", 1000)
+    with pytest.raises(ConfigError, match="--log-format must be text or json"):
+        parse([*BASE, "--log-format", "yaml"], SECRET)
+    with pytest.raises(ConfigError, match="--ready-min-free-bytes must be a whole number"):
+        parse([*BASE, "--ready-min-free-bytes", "-1"], SECRET)
+    with pytest.raises(ConfigError, match="--ready-min-free-bytes must be a whole number"):
+        parse([*BASE, "--ready-min-free-bytes", "\u00b2"], SECRET)

@@ -13,6 +13,8 @@ import re
 
 from node import metrics
 from node.cli.node_metrics import SCRAPED
+from replication.redis.metrics import SCRAPED as REPLICATOR_SCRAPED
+from replication.redis.metrics import ReplicatorMetrics
 
 _KEYWORDS = {
     "and",
@@ -63,4 +65,15 @@ def exposed_series() -> set[str]:
         kinds[family.name] = family.type
     for name, (kind, _) in SCRAPED.items():
         kinds[name] = kind
+    return _series(kinds)
+
+
+def replicator_series() -> set[str]:
+    """Every series name the Redis replicator's /metrics can carry."""
+    kinds = {family.name: family.type for family in ReplicatorMetrics().registry.collect()}
+    kinds.update(dict.fromkeys(REPLICATOR_SCRAPED, "gauge"))
+    return _series(kinds)
+
+
+def _series(kinds: dict[str, str]) -> set[str]:
     return {name + suffix for name, kind in kinds.items() for suffix in _SUFFIXES[kind]}

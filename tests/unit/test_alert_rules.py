@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.promql_names import exposed_series, metric_names
+from tests.support.promql_names import exposed_series, metric_names, replicator_series
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "rkv-alerts.yml"
 DOC = RULES.parents[1] / "OBSERVABILITY.md"
@@ -45,14 +45,15 @@ def test_the_promised_alerts_are_there_and_documented() -> None:
         "RkvSlowJournalFsync",
         "RkvSlowCommitLogFsync",
         "RkvCommitLogNotCompacted",
+        "RkvRedisReplicatorLag",
     }
     assert promised <= names
     doc = DOC.read_text()
     assert [name for name in names if f"`{name}`" not in doc] == []
 
 
-def test_every_rule_reads_only_metrics_a_node_serves() -> None:
-    exposed = exposed_series()
+def test_every_rule_reads_only_metrics_a_node_or_the_replicator_serves() -> None:
+    exposed = exposed_series() | replicator_series()
     for rule in rules():
         read = metric_names(rule["expr"])
         assert read, rule["alert"]

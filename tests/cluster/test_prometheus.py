@@ -1,6 +1,7 @@
 """A real Prometheus scrapes a 3-node cluster: its queries see one leader known by every
 node and committed proposals going up during writes; it loads the alert rules and
-none fires on a healthy cluster; `promtool check metrics` accepts each node's output."""
+none fires on a healthy cluster; every query of the Grafana dashboard runs and the main
+panels have data; `promtool check metrics` accepts each node's output."""
 
 from __future__ import annotations
 
@@ -11,9 +12,22 @@ import yaml
 
 from tests.support.cluster import LocalCluster, http, wait_until
 from tests.support.prometheus import promtool, run_prometheus
+from tests.unit.test_grafana_dashboard import expressions
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "rkv-alerts.yml"
 WAIT = 60.0
+# Panels of docs/grafana/rkv-cluster.json that must show data after writes (the others
+# may be empty: no failures, no compaction, no replicator scraped here).
+PANELS_WITH_DATA = {
+    "Nodes that know a leader",
+    "Leader",
+    "Proposals committed /s",
+    "Applied index",
+    "Commit log",
+    "LMDB write transaction p99",
+    "HTTP requests /s by route",
+    "Resident memory",
+}
 
 
 def test_promtool_accepts_every_nodes_metrics(cluster: LocalCluster) -> None:
@@ -82,6 +96,13 @@ def test_prometheus_scrapes_the_cluster(cluster: LocalCluster, tmp_path: Path) -
                 WAIT,
                 "a PUT request rate above zero during writes",
             )
+            # The dashboard's queries, as Grafana fills in its variables.
+            assert {title for title, _ in expressions()} >= PANELS_WITH_DATA
+            for title, expr in expressions():
+                filled = expr.replace("$__rate_interval", "5s").replace("$job", "rkv")
+                result = prometheus.query(filled)  # fails unless Prometheus accepts it
+                if title in PANELS_WITH_DATA:
+                    assert result, (title, filled)
         finally:
             stop.set()
             writer.join(30)

@@ -21,7 +21,8 @@ from prometheus_client.registry import Collector
 
 from replication.redis.commands.dispatch import HANDLERS, IGNORED
 
-_KNOWN = frozenset(name.lower() for name in (*HANDLERS, *IGNORED, "MULTI", "EXEC"))
+KNOWN_COMMANDS = frozenset(name.lower() for name in (*HANDLERS, *IGNORED, "MULTI", "EXEC"))
+"""Values of the ``command`` label besides ``other``: the commands the replicator knows."""
 _COMMIT_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -92,7 +93,7 @@ class ReplicatorMetrics:
         counts: dict[str, int] = {}
         for raw in names:
             name = raw.decode("latin-1")
-            name = name if name in _KNOWN else "other"
+            name = name if name in KNOWN_COMMANDS else "other"
             counts[name] = counts.get(name, 0) + 1
         for name, count in counts.items():
             self.commands.labels(name).inc(count)

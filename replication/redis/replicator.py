@@ -96,8 +96,6 @@ class Replicator:
         metrics: ReplicatorMetrics | None = None,
     ) -> None:
         self.config = config
-        self.metrics = ReplicatorMetrics() if metrics is None else metrics
-        self.metrics.watch(self.progress)
         self.store = RkvStore(client, checkpoint_name(config.prefix))
         self._make_client = make_client
         self._status = status
@@ -113,6 +111,8 @@ class Replicator:
         self._last_status = time.monotonic()
         self._caught_up_at = time.monotonic()
         self._txn_cap = RKV_MAX_TXN_OPS  # lowered by each 413 txn_too_large
+        self.metrics = ReplicatorMetrics() if metrics is None else metrics
+        self.metrics.watch(self.progress)
 
     # -- public ---------------------------------------------------------------------
 

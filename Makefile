@@ -47,12 +47,17 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Java for Spark (local mode), a real redis-server for the Redis tests,
+# Prometheus and promtool for the metrics tests (tests/cluster/test_prometheus.py
+# starts its own server on 127.0.0.1; the package's service, which would listen on
+# every interface at :9090, is stopped and disabled when this installs it),
 # iptables for the namespaced partitions (tests/chaos/rig/netns.py, root only), and
 # for the container tier (tests/docker/) Docker's engine, compose and
 # debootstrap (its base image is made locally: no registry is needed).
 system-deps:
 	@command -v java >/dev/null 2>&1 || $(APT_INSTALL) openjdk-17-jre-headless
 	@command -v redis-server >/dev/null 2>&1 || $(APT_INSTALL) redis-server
+	@command -v promtool >/dev/null 2>&1 || { $(APT_INSTALL) prometheus && \
+		{ [ ! -d /run/systemd/system ] || $(SUDO) systemctl disable --now prometheus; }; }
 	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || $(APT_INSTALL) iptables
 	@command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || $(APT_INSTALL) docker.io
 	@command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || \

@@ -58,6 +58,15 @@ def _at_least(minimum: int) -> Any:
     return parse
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) for ``--metrics-listen``."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
 def add_commands(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -90,6 +99,14 @@ def add_commands(sub: Any) -> None:
     )
     add("--spool-dir", default=None, help="where the stream is buffered on disk (a temp dir)")
     add("--status-interval", type=float, default=5.0, help="seconds between status lines (5)")
+    add(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        type=listen_address,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
+        "docs/OBSERVABILITY.md)",
+    )
     add(
         "--max-command-bytes",
         type=_at_least(64 * 1024),
@@ -256,6 +273,19 @@ def _replicate(args: argparse.Namespace) -> int:
         status(f"redis-replicate: signal {signum}: stopping after the current batch")
         threading.Thread(target=replicator.stop, daemon=True).start()
 
+    metrics_server = None
+    if args.metrics_listen is not None:
+        from prometheus_client import start_http_server  # noqa: PLC0415
+
+        host, port = args.metrics_listen
+        try:
+            metrics_server, _ = start_http_server(port, host, registry=replicator.metrics.registry)
+        except OSError as exc:
+            client.close()
+            print(f"rkv redis-replicate: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        status(f"redis-replicate: metrics at http://{host}:{port}/metrics")
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
@@ -268,5 +298,8 @@ def _replicate(args: argparse.Namespace) -> int:
         return EXIT_UNREACHABLE
     finally:
         client.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
     logging.getLogger(__name__).info("stopped")
     return EXIT_OK

@@ -57,6 +57,7 @@ from replication.redis.link.master_link import (
     SyncResult,
 )
 from replication.redis.loader import load_snapshot
+from replication.redis.metrics import ReplicatorMetrics, ReplicatorProgress
 from replication.redis.prefetch import prefetch
 from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
 from replication.redis.sweeper import sweep
@@ -92,6 +93,7 @@ class Replicator:
         client: RkvClient,
         make_client: Callable[[], RkvClient],
         status: Callable[[str], None] = logger.info,
+        metrics: ReplicatorMetrics | None = None,
     ) -> None:
         self.config = config
         self.store = RkvStore(client, checkpoint_name(config.prefix))
@@ -103,10 +105,14 @@ class Replicator:
         self._checkpoint: Checkpoint | None = None
         self.stop_event = threading.Event()
         self._link: MasterLink | None = None
+        self._link_up = False
+        self._full_sync_running = False
         self._applied = 0
         self._last_status = time.monotonic()
         self._caught_up_at = time.monotonic()
         self._txn_cap = RKV_MAX_TXN_OPS  # lowered by each 413 txn_too_large
+        self.metrics = ReplicatorMetrics() if metrics is None else metrics
+        self.metrics.watch(self.progress)
 
     # -- public ---------------------------------------------------------------------
 
@@ -117,6 +123,25 @@ class Replicator:
     def durable_offset(self) -> int | None:
         with self._lock:
             return self._durable
+
+    def progress(self) -> ReplicatorProgress:
+        """The link's state, the offsets and the lag, for the metrics (any thread)."""
+        link = self._link
+        up = self._link_up and link is not None
+        received = link.received_offset if up and link is not None else None
+        acknowledged = self.durable_offset()
+        lag_bytes = lag_seconds = None
+        if received is not None and acknowledged is not None and not self._full_sync_running:
+            lag_bytes = max(0, received - acknowledged)
+            lag_seconds = 0.0 if lag_bytes == 0 else time.monotonic() - self._caught_up_at
+        return ReplicatorProgress(
+            link_up=up,
+            full_sync_running=self._full_sync_running,
+            received_offset=received,
+            acknowledged_offset=acknowledged,
+            lag_bytes=lag_bytes,
+            lag_seconds=lag_seconds,
+        )
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -141,6 +166,7 @@ class Replicator:
                         if self.stop_event.is_set():
                             return
                         raise
+                    self.metrics.link_losses.inc()
                     logger.warning("link to %s lost: %s; reconnecting", self.config.source, exc)
                 except TxnTooLarge as exc:
                     # A node with a lower --max-txn-ops than learned (a new leader):
@@ -151,6 +177,7 @@ class Replicator:
                         f"starting again from the checkpoint with at most {self._txn_cap}"
                     )
                 finally:
+                    self._link_up = self._full_sync_running = False
                     if self._link is not None:
                         self._link.close()
                         self._link = None
@@ -190,7 +217,10 @@ class Replicator:
             sync = link.start(checkpoint.replid, checkpoint.offset + 1)
         else:
             sync = link.start()
+        self._link_up = True
         if sync.full:
+            self.metrics.full_syncs.inc()
+            self._full_sync_running = True
             self._status(
                 f"redis-replicate: full resync (+FULLRESYNC) from {self.config.source} "
                 f"at offset {sync.offset}"
@@ -207,7 +237,9 @@ class Replicator:
                 ),
                 max_value_bytes=config.max_rdb_value_bytes,
             )
+            self._full_sync_running = False
         else:
+            self.metrics.partial_syncs.inc()
             assert checkpoint is not None
             self._status(
                 f"redis-replicate: partial resync (+CONTINUE) from {self.config.source} "
@@ -328,16 +360,21 @@ class Replicator:
             )
         return committed
 
-    @staticmethod
-    def _read_ahead(link: MasterLink, queue: deque[ReplicatedCommand], timeout: float) -> None:
+    def _read_ahead(
+        self, link: MasterLink, queue: deque[ReplicatedCommand], timeout: float
+    ) -> None:
         """The next command (waiting up to ``timeout``), then those already received."""
         start = link.delivered_offset
+        names: list[bytes] = []
         command = link.read_command(timeout=timeout)
         while command is not None:
             queue.append(command)
+            names.append(command.name)
             if len(queue) >= READ_AHEAD or command.end_offset - start >= READ_AHEAD_BYTES:
-                return
+                break
             command = link.read_command(timeout=0)
+        if names:
+            self.metrics.count_commands(names)
 
     def _apply(
         self, view: BatchView, context: CommandContext, command: ReplicatedCommand, in_multi: bool
@@ -366,7 +403,8 @@ class Replicator:
             master_offset=link.received_offset,
             updated_ms=int(time.time() * 1000),
         )
-        self._version = view.commit(checkpoint, self._version)
+        with self.metrics.batch_commit.time():
+            self._version = view.commit(checkpoint, self._version)
         self._checkpoint = checkpoint
         with self._lock:
             self._durable = offset

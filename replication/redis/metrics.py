@@ -1,0 +1,127 @@
+"""The Redis replicator's Prometheus metrics, in a registry of their own.
+
+``rkv redis-replicate --metrics-listen HOST:PORT`` serves :attr:`ReplicatorMetrics.registry`
+at ``/metrics`` (docs/OBSERVABILITY.md lists every metric). Counters are updated in
+batches, never per command: the command counts once per read-ahead (up to 2,000
+commands), the commit duration once per transaction. The offsets, the lag and the
+link's state are read from the replicator when scraped (:class:`ReplicatorProgress`).
+Command labels are the names the replicator knows (``set``, ``hset``...), ``other`` for
+any other, so a master cannot grow the label set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from replication.redis.commands.dispatch import HANDLERS, IGNORED
+
+KNOWN_COMMANDS = frozenset(name.lower() for name in (*HANDLERS, *IGNORED, "MULTI", "EXEC"))
+"""Values of the ``command`` label besides ``other``: the commands the replicator knows."""
+_COMMIT_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class ReplicatorProgress:
+    """Where the replicator is, read at scrape time."""
+
+    link_up: bool
+    full_sync_running: bool
+    received_offset: int | None
+    acknowledged_offset: int | None
+    lag_bytes: int | None
+    lag_seconds: float | None
+
+
+# name -> help; the collector yields exactly these (docs/OBSERVABILITY.md).
+SCRAPED: dict[str, str] = {
+    "rkv_redis_master_link_up": "1 while connected to the master (syncing or streaming), else 0.",
+    "rkv_redis_full_sync_running": "1 while a full sync (the master's RDB snapshot) loads.",
+    "rkv_redis_received_offset": "The master's replication offset received so far (bytes).",
+    "rkv_redis_acknowledged_offset": (
+        "The replication offset committed in rkv and acknowledged to the master (REPLCONF ACK)."
+    ),
+    "rkv_redis_lag_bytes": "Bytes of the stream received and not yet committed in rkv.",
+    "rkv_redis_lag_seconds": (
+        "Seconds since everything received was last committed (0 when caught up)."
+    ),
+}
+
+
+class ReplicatorMetrics:
+    """The replicator's counters and histograms, and a collector of its progress."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.commands = Counter(
+            "rkv_redis_commands",
+            "Commands received from the master's stream, by command (lower case; other: "
+            "a name the replicator does not know). A stream resent after a reconnect counts "
+            "again.",
+            ["command"],
+            registry=self.registry,
+        )
+        self.full_syncs = Counter(
+            "rkv_redis_full_syncs",
+            "Full syncs begun (the master answered +FULLRESYNC and sent its RDB snapshot).",
+            registry=self.registry,
+        )
+        self.partial_syncs = Counter(
+            "rkv_redis_partial_syncs",
+            "Partial syncs (the master answered +CONTINUE: the stream resumed at the checkpoint).",
+            registry=self.registry,
+        )
+        self.link_losses = Counter(
+            "rkv_redis_master_link_losses",
+            "Connections to the master lost and retried.",
+            registry=self.registry,
+        )
+        self.batch_commit = Histogram(
+            "rkv_redis_batch_commit_duration_seconds",
+            "Duration of one rkv transaction committing a batch of commands and the checkpoint.",
+            unit="seconds",
+            buckets=_COMMIT_SECONDS,
+            registry=self.registry,
+        )
+
+    def count_commands(self, names: Iterable[bytes]) -> None:
+        counts: dict[str, int] = {}
+        for raw in names:
+            name = raw.decode("latin-1")
+            name = name if name in KNOWN_COMMANDS else "other"
+            counts[name] = counts.get(name, 0) + 1
+        for name, count in counts.items():
+            self.commands.labels(name).inc(count)
+
+    def watch(self, progress: Callable[[], ReplicatorProgress]) -> None:
+        """Report ``progress()`` at each scrape."""
+        self.registry.register(_ProgressCollector(progress))
+
+
+class _ProgressCollector(Collector):
+    def __init__(self, progress: Callable[[], ReplicatorProgress]) -> None:
+        self._progress = progress
+
+    def describe(self) -> Iterator[Any]:
+        for name, help_text in SCRAPED.items():
+            yield GaugeMetricFamily(name, help_text)
+
+    def collect(self) -> Iterator[Any]:
+        now = self._progress()
+        values: dict[str, float | None] = {
+            "rkv_redis_master_link_up": now.link_up,
+            "rkv_redis_full_sync_running": now.full_sync_running,
+            "rkv_redis_received_offset": now.received_offset,
+            "rkv_redis_acknowledged_offset": now.acknowledged_offset,
+            "rkv_redis_lag_bytes": now.lag_bytes,
+            "rkv_redis_lag_seconds": now.lag_seconds,
+        }
+        for name, help_text in SCRAPED.items():
+            value = values[name]
+            if value is not None:
+                yield GaugeMetricFamily(name, help_text, value=float(value))

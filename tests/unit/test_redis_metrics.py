@@ -1,0 +1,80 @@
+"""The Redis replicator's metrics: docs/OBSERVABILITY.md lists exactly what it registers,
+command labels stay within the names it knows, and its progress is read at scrape time."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from replication.redis.metrics import ReplicatorMetrics, ReplicatorProgress
+from tests.unit.test_metrics import REPLICATOR_HEADING
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "OBSERVABILITY.md"
+_SUFFIX = {"counter": "_total"}
+
+
+def documented() -> set[str]:
+    section = DOC.read_text().split(REPLICATOR_HEADING)[1].split("\n## ")[0]
+    return set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+
+
+def scrape(metrics: ReplicatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(metrics.registry).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def progress(**changes: object) -> ReplicatorProgress:
+    values: dict[str, object] = {
+        "link_up": True,
+        "full_sync_running": False,
+        "received_offset": 1500,
+        "acknowledged_offset": 1200,
+        "lag_bytes": 300,
+        "lag_seconds": 0.5,
+    }
+    values.update(changes)
+    return ReplicatorProgress(**values)  # type: ignore[arg-type]
+
+
+def test_the_doc_lists_exactly_the_replicators_metrics() -> None:
+    metrics = ReplicatorMetrics()
+    metrics.watch(progress)
+    registered = {
+        family.name + _SUFFIX.get(family.type, "") for family in metrics.registry.collect()
+    }
+    assert registered == documented()
+    assert all(name.startswith("rkv_redis_") for name in registered)
+
+
+def test_commands_are_counted_by_known_name_and_other() -> None:
+    metrics = ReplicatorMetrics()
+    metrics.count_commands([b"set", b"set", b"hset", b"ping", b"nosuchcommand", b"set\x00x"])
+    samples = scrape(metrics)
+    assert samples[("rkv_redis_commands_total", (("command", "set"),))] == 2
+    assert samples[("rkv_redis_commands_total", (("command", "hset"),))] == 1
+    assert samples[("rkv_redis_commands_total", (("command", "ping"),))] == 1
+    assert samples[("rkv_redis_commands_total", (("command", "other"),))] == 2
+
+
+def test_progress_is_read_when_scraped_and_unknowns_are_absent() -> None:
+    metrics = ReplicatorMetrics()
+    now = [progress()]
+    metrics.watch(lambda: now[0])
+    samples = scrape(metrics)
+    assert samples[("rkv_redis_master_link_up", ())] == 1
+    assert samples[("rkv_redis_received_offset", ())] == 1500
+    assert samples[("rkv_redis_acknowledged_offset", ())] == 1200
+    assert samples[("rkv_redis_lag_bytes", ())] == 300
+    now[0] = progress(link_up=False, received_offset=None, lag_bytes=None, lag_seconds=None)
+    samples = scrape(metrics)
+    assert samples[("rkv_redis_master_link_up", ())] == 0
+    assert ("rkv_redis_received_offset", ()) not in samples
+    assert ("rkv_redis_lag_bytes", ()) not in samples
+    assert samples[("rkv_redis_acknowledged_offset", ())] == 1200

@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 NODE_SERVICES = ("node1", "node2", "node3")
+PROFILES = ("audit", "monitoring")
 
 
 def compose_command(env: Mapping[str, str] | None = None) -> list[str] | None:
@@ -39,12 +40,16 @@ class ComposeProject:
     env: dict[str, str]
 
     def run(
-        self, *args: str, check: bool = True, timeout: float = 600.0, profile: str | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 600.0,
+        profile: str | tuple[str, ...] = (),
     ) -> subprocess.CompletedProcess[str]:
-        """``compose ARGS``; ``profile`` enables one profile (``up`` would start its services)."""
+        """``compose ARGS``; ``profile`` enables profiles (``up`` would start their services)."""
         argv = [*self.command, "-p", self.project, "-f", str(COMPOSE_FILE)]
-        if profile is not None:
-            argv += ["--profile", profile]
+        for name in (profile,) if isinstance(profile, str) else profile:
+            argv += ["--profile", name]
         result = subprocess.run(
             [*argv, *args],
             env=self.env,
@@ -75,5 +80,11 @@ class ComposeProject:
 
     def down(self) -> None:
         self.run(
-            "down", "--volumes", "--remove-orphans", "--timeout", "10", check=False, profile="audit"
+            "down",
+            "--volumes",
+            "--remove-orphans",
+            "--timeout",
+            "10",
+            check=False,
+            profile=PROFILES,
         )

@@ -4,6 +4,7 @@
 the tier, printing why no engine can be started), and stops it by PID at the
 end. ``rkv_images`` builds the debootstrap base (once), the wheelhouse (once
 per set of requirements), the node and audit images and the Redis image
+and the Prometheus image of the ``monitoring`` profile
 (layers cached by the engine). ``compose_cluster`` brings docker-compose.yml up
 under a unique project name with free published ports, waits until the three
 nodes are ready, and always ends with ``down --volumes``.
@@ -82,6 +83,7 @@ def rkv_images(docker_engine: Engine) -> Images:
     steps = (
         ("base image", lambda: images.ensure_base_image(docker_engine, cache)),
         ("redis image", lambda: images.build_redis_image(docker_engine, cache)),
+        ("prometheus image", lambda: images.build_prometheus_image(docker_engine)),
     )
     for name, step in steps:
         started = time.monotonic()
@@ -111,13 +113,14 @@ class ComposeCluster:
     compose: ComposeProject
     engine: Engine
     kv: PublishedCluster
+    prometheus_port: int
 
 
 @pytest.fixture(scope="session")
 def compose_cluster(docker_engine: Engine, rkv_images: Images) -> Iterator[ComposeCluster]:
     command = compose_command(docker_engine.env)
     assert command is not None, "neither `docker compose` nor docker-compose is installed"
-    ports = free_ports(len(NODE_SERVICES))
+    *ports, prometheus_port = free_ports(len(NODE_SERVICES) + 1)
     env = {
         **docker_engine.env,
         "RKV_IMAGE": images.IMAGE_NAME,
@@ -127,6 +130,7 @@ def compose_cluster(docker_engine: Engine, rkv_images: Images) -> Iterator[Compo
         "RKV_BIND": "127.0.0.1",
         "RKV_AUDIT_ENGINE": os.environ.get("RKV_TEST_AUDIT_ENGINE", "spark"),
         **{f"RKV_HTTP_PORT_{i + 1}": str(port) for i, port in enumerate(ports)},
+        "RKV_PROMETHEUS_PORT": str(prometheus_port),
     }
     project = ComposeProject(command, f"{PROJECT_PREFIX}{os.getpid()}", env)
     try:
@@ -146,7 +150,7 @@ def compose_cluster(docker_engine: Engine, rkv_images: Images) -> Iterator[Compo
             time.sleep(0.5)
         assert all(kv.ready(s) for s in NODE_SERVICES), project.run("logs", check=False).stdout
         _note(f"compose up until three ready nodes: {time.monotonic() - started:.1f} s")
-        yield ComposeCluster(project, docker_engine, kv)
+        yield ComposeCluster(project, docker_engine, kv, prometheus_port)
     finally:
         logs = project.run("logs", "--no-color", check=False)
         (cache_dir() / "last-compose.log").write_text(logs.stdout + logs.stderr)

@@ -12,6 +12,8 @@
   with ``--build-arg WHEELHOUSE=wheelhouse``: nothing is written to the repository.
 - ``REDIS_IMAGE``: redis-server from Debian's package on the base image
   (tests/docker/redis.Dockerfile), for compose's ``RKV_REDIS_IMAGE``.
+- ``PROMETHEUS_IMAGE``: docs/prometheus/Dockerfile (Debian's prometheus package)
+  on the base image, the image compose's ``monitoring`` profile names.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ IMAGE_NAME = "rkv-test"
 IMAGE_TAG = "ci"
 NODE_IMAGE = f"{IMAGE_NAME}:{IMAGE_TAG}"
 AUDIT_IMAGE = f"{IMAGE_NAME}-audit:{IMAGE_TAG}"
+PROMETHEUS_IMAGE = f"{IMAGE_NAME}-prometheus:{IMAGE_TAG}"
 # Tagging the last build stage keeps its layers (the legacy builder's cache)
 # from being pruned as dangling; earlier builds' layers are pruned.
 BUILD_STAGE_IMAGE = f"{IMAGE_NAME}-build:{IMAGE_TAG}"
@@ -146,3 +149,11 @@ def build_redis_image(engine: Engine, cache: Path) -> None:
         "-t", REDIS_IMAGE, str(context), timeout=BUILD_TIMEOUT,
     )  # fmt: skip
     shutil.rmtree(context, ignore_errors=True)
+
+
+def build_prometheus_image(engine: Engine) -> None:
+    """docs/prometheus/ is the whole context (the Dockerfile and what it copies)."""
+    engine.docker(
+        "build", "--network", "host", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+        "-t", PROMETHEUS_IMAGE, str(REPO / "docs" / "prometheus"), timeout=BUILD_TIMEOUT,
+    )  # fmt: skip

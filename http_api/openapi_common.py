@@ -111,7 +111,8 @@ CONSISTENCY = {
     "name": "consistency",
     "in": "query",
     "schema": {"type": "string", "enum": ["linearizable", "leader", "stale"]},
-    "description": "linearizable (default): a read barrier through the log; leader: "
+    "description": "linearizable (default): confirmed with a majority (ReadIndex), then "
+    "read locally; leader: "
     "local read if this node believes it leads; stale: local read on any node.",
 }
 MIN_VERSION = {

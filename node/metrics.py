@@ -88,6 +88,14 @@ PROPOSALS_APPLIED = Counter(
     ["result"],
     registry=REGISTRY,
 )
+LINEARIZABLE_READS = Counter(
+    "rkv_server_linearizable_reads",
+    "Linearizable read rounds this node waited for, by how: read_index (a heartbeat "
+    "round, no log entry) or barrier (an entry through the log, where ReadIndex "
+    "cannot be used).",
+    ["path"],
+    registry=REGISTRY,
+)
 BATCH_COMMANDS = Histogram(
     "rkv_server_group_commit_batch_commands",
     "Commands per raft entry this node proposed (group commit).",

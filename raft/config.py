@@ -92,6 +92,8 @@ class RaftConfig:
     max_entries_in_flight: int = 4
     max_pending_commands: int = 20_000
     proposal_timeout: float = 5.0
+    # Linearizable reads by ReadIndex (raft/read_index.py) rather than a barrier entry.
+    read_index: bool = True
     # Joining a running cluster (rkv node --join): stand for no election until a
     # leader has been heard from (this node is not a member yet).
     joining: bool = False

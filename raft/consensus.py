@@ -30,7 +30,7 @@ from typing import Any
 from pysyncobj import SyncObjConf
 
 from node import metrics
-from node.errors import NotApplied
+from node.errors import NodeNotReady, NotApplied
 from node.state.commands import Command
 from node.state.machine import StateMachine
 from node.state.results import CommandResult
@@ -42,6 +42,7 @@ from raft.marker import RaftMarkers
 from raft.membership import Membership
 from raft.outcomes import outcome
 from raft.proposer import GroupCommitProposer
+from raft.read_index import Failed, Outcome
 from raft.syncobj_node import RkvSyncObj
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,25 @@ _READY_LAG_ENTRIES = 100
 # How often proposal deadlines are enforced: a write waits at most
 # proposal_timeout plus this.
 _SWEEP_SECONDS = 0.25
+
+
+class _LoopReader:
+    """A read waiting on the asyncio loop for ReadIndex's outcome (raft thread)."""
+
+    __slots__ = ("_future", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Outcome]) -> None:
+        self._loop = loop
+        self._future = future
+
+    def deliver(self, outcome: Outcome) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(_settle, self._future, outcome)
+
+
+def _settle(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
+    if not future.done():
+        future.set_result(outcome)
 
 
 def _count_results(results: tuple[CommandResult, ...]) -> None:
@@ -165,6 +185,7 @@ class RaftConsensus:
                 journal_max_bytes=cfg.compaction_max_bytes,
                 holding=self._gap.holding,
                 transport_limits=cfg.transport,
+                read_timeout=cfg.proposal_timeout,
             ),
         )
         if cfg.joining:
@@ -286,6 +307,8 @@ class RaftConsensus:
         if _STATE_NAMES.get(new) == "leader" and self._syncobj is not None:
             self._syncobj.won_election()
         leading = _STATE_NAMES.get(new) == "leader"
+        if self._syncobj is not None:
+            self._syncobj.read_index.on_role_change()
         if leading != (_STATE_NAMES.get(old) == "leader"):
             for listener in self.role_listeners:
                 listener(leading)
@@ -312,7 +335,26 @@ class RaftConsensus:
         return await self._proposer.propose(command)
 
     async def read_barrier(self) -> None:
+        """Wait until this node's state holds every write acknowledged before the call:
+        by ReadIndex (raft/read_index.py), or a barrier entry where it cannot be used."""
         self._check_can_propose()
+        syncobj = self._syncobj
+        if self._config.read_index and syncobj is not None:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Outcome] = loop.create_future()
+            syncobj.read_index.submit(_LoopReader(loop, future))
+            try:
+                found = await asyncio.wait_for(future, self._config.proposal_timeout + 1.0)
+            except TimeoutError:
+                raise NodeNotReady("linearizable read: raft gave no read index in time") from None
+            if isinstance(found, int):
+                if metrics.enabled:
+                    metrics.LINEARIZABLE_READS.labels("read_index").inc()
+                return
+            if isinstance(found, Failed):
+                raise NodeNotReady(f"linearizable read: {found.reason}")
+        if metrics.enabled:
+            metrics.LINEARIZABLE_READS.labels("barrier").inc()
         await self._proposer.read_barrier()
 
     # -- state ----------------------------------------------------------------------

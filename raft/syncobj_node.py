@@ -27,6 +27,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 
 from node import metrics
+from raft import read_index
 from raft.config import TransportLimits
 from raft.journal import DiskJournal
 from raft.transmission import Transmissions
@@ -54,15 +55,21 @@ def journal_fd(journal: Any) -> int | None:
 
 
 class DurableTransport(GuardedTransport):
-    """The raft transport, fsyncing the journal before acknowledging entries."""
+    """The raft transport, fsyncing the journal before acknowledging entries, and
+    numbering the leader's append_entries for ReadIndex (raft/read_index.py): a
+    follower's answer echoes the number of the message it answers."""
 
     def send(self, node: Any, message: Any) -> bool:
-        if (
-            isinstance(message, dict)
-            and message.get("type") == "next_node_idx"
-            and message.get("success")
-        ):
-            self._syncObj.sync_journal()
+        if isinstance(message, dict):
+            kind = message.get("type")
+            if kind == "append_entries":
+                message[read_index.ROUND] = self._syncObj.read_index.stamp()
+            elif kind == "next_node_idx":
+                if message.get("success"):
+                    self._syncObj.sync_journal()
+                echo = self._syncObj.answering_round
+                if echo is not None:
+                    message[read_index.ROUND] = echo
         sent: bool = super().send(node, message)
         if not sent and metrics.enabled:
             metrics.PEER_SEND_FAILURES.inc()
@@ -81,6 +88,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         journal_max_bytes: int | None = None,
         holding: Callable[[], bool] = lambda: False,
         transport_limits: TransportLimits | None = None,
+        read_timeout: float = 5.0,
     ) -> None:
         # Set before SyncObj.__init__: its thread may replay the journal at once.
         self._rkv_amnesiac = amnesiac
@@ -93,6 +101,15 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self._rkv_timeouts: tuple[float, float] | None = None
         self._rkv_election_holds: set[str] = set()
         self._rkv_holding = holding
+        # The round number of the append_entries being answered (ReadIndex's echo).
+        self.answering_round: int | None = None
+        self.read_index = read_index.ReadIndex(
+            SyncObjView(self),
+            timeout=read_timeout,
+            echo_window=2 * conf.raftMaxTimeout,
+            clock=pysyncobj_clock,
+            wake=self._wake,
+        )
         with _JOURNAL_SWAP:
             create = pysyncobj_core.createJournal
             pysyncobj_core.createJournal = lambda path: DiskJournal(path) if path else create(path)
@@ -107,6 +124,13 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
                 pysyncobj_core.createJournal = create
         if journal_max_bytes is not None:
             self.addOnTickCallback(lambda: self._compact_journal_past(journal_max_bytes))
+        self.addOnTickCallback(self.read_index.on_tick)
+
+    def _wake(self) -> None:
+        """Wake the raft thread from its poll (a read is waiting for it)."""
+        notifier = getattr(self, "_SyncObj__pipeNotifier", None)
+        if notifier is not None:
+            notifier.notify()
 
     def _compact_journal_past(self, max_bytes: int) -> None:
         """On the raft thread, each tick: ask for a raft marker (pysyncobj's log
@@ -193,7 +217,18 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "next_node_idx":
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+            self.read_index.on_answer(node, message)
+            return
+        if kind == read_index.REQUEST:
+            self.read_index.on_request(node, message)
+            return
+        if kind == read_index.RESPONSE:
+            self.read_index.on_response(message)
+            return
         if kind == "append_entries":
+            self.read_index.on_append_entries(node, message)
             message = self._rkv_transmissions.receive(node, message)
             message = self._after_a_conflict(message)
             message = self._without_held_entries(message)
@@ -211,7 +246,11 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
                     term,
                 )
             return
-        SyncObj._SyncObj__onMessageReceived(self, node, message)
+        self.answering_round = message.get(read_index.ROUND) if kind == "append_entries" else None
+        try:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+        finally:
+            self.answering_round = None
         if self._rkv_amnesiac and kind == "append_entries":
             if self._rkv_catch_up_target is None:
                 self._rkv_catch_up_target = int(message.get("commit_index", 0))
@@ -354,3 +393,38 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             if node.address == address:
                 return bool(self.isNodeConnected(node))
         return False
+
+
+class SyncObjView:
+    """pysyncobj's state as ReadIndex reads it (raft/read_index.py), on its thread."""
+
+    def __init__(self, syncobj: RkvSyncObj) -> None:
+        self._syncobj = syncobj
+
+    def is_leader(self) -> bool:
+        return bool(self._syncobj._isLeader())
+
+    def term(self) -> int:
+        return int(self._syncobj.raftCurrentTerm)
+
+    def commit_index(self) -> int:
+        return int(self._syncobj.raftCommitIndex)
+
+    def entry_term(self, index: int) -> int | None:
+        entries = self._syncobj._SyncObj__getEntries(index, 1)
+        return int(entries[0][2]) if entries else None
+
+    def last_applied(self) -> int:
+        return int(self._syncobj.raftLastApplied)
+
+    def voters(self) -> Any:
+        return self._syncobj._SyncObj__otherNodes  # read on the raft thread: no copy
+
+    def leader(self) -> Any:
+        return self._syncobj._getLeader()
+
+    def send(self, node: Any, message: dict[str, Any]) -> None:
+        self._syncobj._SyncObj__transport.send(node, message)
+
+    def heartbeat(self) -> None:
+        self._syncobj._SyncObj__sendAppendEntries()

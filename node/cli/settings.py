@@ -183,6 +183,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--proposal-timeout", help="seconds a write waits for raft (RKV_PROPOSAL_TIMEOUT, 5)")
     add(
+        "--read-index",
+        help="on (default): linearizable reads are confirmed by a heartbeat round to a "
+        "majority (Raft's ReadIndex), with no log entry; off: every round of them commits a "
+        "barrier entry (RKV_READ_INDEX)",
+    )
+    add(
         "--max-entry-bytes",
         help="group commit puts no more than this many bytes of keys and values in one raft "
         "entry; a single larger write goes alone (RKV_MAX_ENTRY_BYTES, 4 MiB)",
@@ -621,6 +627,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             _value(args, env, "proposal_timeout"), "--proposal-timeout", 5.0
         ),
         max_entry_bytes=max_entry_bytes,
+        read_index=_on_off(_value(args, env, "read_index"), "--read-index", default=True),
         joining=join_url is not None,
         transport=_transport_limits(args, env, max_entry_bytes, max_value),
     )

@@ -249,31 +249,33 @@ def report_dict(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-CHART = {"label_w": 190, "bar_w": 520, "bar_h": 14, "gap": 3, "group_gap": 14, "top": 34}
+CHART = {"label_w": 260, "bar_w": 520, "bar_h": 14, "gap": 3, "group_gap": 14, "top": 34}
 TARGET_STROKE = 'stroke="#222" stroke-width="2" stroke-dasharray="3 2"'
 
 
 def bar_chart(results: list[Result]) -> str:
-    """Inline SVG: per (workload, conns) one bar per system (ops/s), dashed: rkv's target."""
+    """Inline SVG: per (workload, conns) one bar per system that ran it (ops/s), dashed:
+    rkv's absolute target."""
     systems = [s for s in SYSTEMS if any(r.load.system == s for r in results)]
     groups = list(dict.fromkeys((r.load.workload, r.load.connections) for r in results))
     found = {(r.load.system, r.load.workload, r.load.connections): r for r in results}
     bounds = [t.bound for t in TARGETS.values() if t.metric == "ops"]
     scale = max([r.ops for r in results] + bounds) * 1.15
-    group_h = len(systems) * (CHART["bar_h"] + CHART["gap"]) + CHART["group_gap"]
-    width, height = CHART["label_w"] + CHART["bar_w"] + 90, CHART["top"] + len(groups) * group_h
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        'font-family="sans-serif" font-size="12">',
-        *_legend(systems),
-    ]
-    for g, group in enumerate(groups):
-        parts += _group(group, systems, found, CHART["top"] + g * group_h, scale)
-    return "\n".join([*parts, "</svg>"])
+    parts, y = [*_legend(systems)], CHART["top"]
+    for workload, conns in groups:
+        bars = [found[s, workload, conns] for s in systems if (s, workload, conns) in found]
+        parts += _group((workload, conns), bars, y, scale)
+        y += len(bars) * (CHART["bar_h"] + CHART["gap"]) + CHART["group_gap"]
+    width = CHART["label_w"] + CHART["bar_w"] + 90
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" '
+        'font-family="sans-serif" font-size="12">'
+    )
+    return "\n".join([head, *parts, "</svg>"])
 
 
 def _legend(systems: list[str]) -> list[str]:
-    parts, x = [], CHART["label_w"] - 150
+    parts, x = [], 10
     for system in systems:
         parts.append(f'<rect x="{x}" y="6" width="12" height="12" fill="{COLORS[system]}"/>')
         parts.append(f'<text x="{x + 16}" y="16">{html.escape(LABELS[system])}</text>')
@@ -283,35 +285,27 @@ def _legend(systems: list[str]) -> list[str]:
     return parts
 
 
-def _group(
-    group: tuple[str, int],
-    systems: list[str],
-    found: dict[tuple[str, str, int], Result],
-    y0: int,
-    scale: float,
-) -> list[str]:
+def _group(group: tuple[str, int], bars: list[Result], y0: int, scale: float) -> list[str]:
     workload, conns = group
     left, bar_h, step = CHART["label_w"], CHART["bar_h"], CHART["bar_h"] + CHART["gap"]
     title = html.escape(f"{WORKLOADS[workload]}, {conns} conn{'s' if conns > 1 else ''}")
     parts = [f'<text x="{left - 8}" y="{y0 + 12}" text-anchor="end">{title}</text>']
     target = TARGETS.get(group)
-    target_x = (
-        left + CHART["bar_w"] * target.bound / scale if target and target.metric == "ops" else 0.0
-    )
-    for i, system in enumerate(systems):
-        result, y = found.get((system, workload, conns)), y0 + i * step
-        width = CHART["bar_w"] * (result.ops if result else 0.0) / scale
-        label = f"{result.ops:,.0f}/s" if result else "not run"
+    target_x = 0.0
+    if target is not None and target.metric == "ops":
+        target_x = left + CHART["bar_w"] * target.bound / scale
+    for i, result in enumerate(bars):
+        system, y = result.load.system, y0 + i * step
+        width = CHART["bar_w"] * result.ops / scale
         label_x = max(left + width, target_x if system == RKV else 0.0) + 5
         parts.append(
             f'<rect x="{left}" y="{y}" width="{width:.1f}" height="{bar_h}" '
             f'fill="{COLORS[system]}"/>'
         )
-        parts.append(f'<text x="{label_x:.1f}" y="{y + 11}">{label}</text>')
-    if target_x:
-        y1, y2 = y0 - 2, y0 + bar_h + 2
-        parts.append(f'<line x1="{target_x:.1f}" y1="{y1}" x2="{target_x:.1f}" y2="{y2}" '
-                     f"{TARGET_STROKE}/>")  # fmt: skip
+        parts.append(f'<text x="{label_x:.1f}" y="{y + 11}">{result.ops:,.0f}/s</text>')
+        if system == RKV and target_x:
+            parts.append(f'<line x1="{target_x:.1f}" y1="{y - 2}" x2="{target_x:.1f}" '
+                         f'y2="{y + bar_h + 2}" {TARGET_STROKE}/>')  # fmt: skip
     return parts
 
 

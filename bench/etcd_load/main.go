@@ -25,6 +25,7 @@ import (
 	"math/rand"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,7 +71,12 @@ func parseOptions() (options, error) {
 	var o options
 	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated client URLs or host:port")
 	flag.StringVar(&o.op, "op", "put", "put | get-linearizable | get-serializable")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to load (0: only --preload)")
+	o.duration = 10 * time.Second
+	flag.Func("duration", "how long to load: 10s, 1m or seconds (0: only --preload; default 10s)",
+		func(text string) (err error) {
+			o.duration, err = parseDuration(text)
+			return err
+		})
 	flag.IntVar(&o.clients, "clients", 64, "concurrent clients, one request in flight each")
 	flag.IntVar(&o.conns, "conns", 64, "gRPC connections the clients share round-robin")
 	flag.IntVar(&o.keys, "keys", 10000, "the key space: random keys among this many")
@@ -99,6 +105,14 @@ func parseOptions() (options, error) {
 		o.conns = o.clients // a connection without a client would sit idle
 	}
 	return o, nil
+}
+
+// parseDuration reads a Go duration ("2s", "1m") or a plain number of seconds ("2.5").
+func parseDuration(text string) (time.Duration, error) {
+	if seconds, err := strconv.ParseFloat(text, 64); err == nil {
+		return time.Duration(seconds * float64(time.Second)), nil
+	}
+	return time.ParseDuration(text)
 }
 
 func connect(o options) ([]*clientv3.Client, error) {

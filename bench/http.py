@@ -1,27 +1,39 @@
 """HTTP benchmark (not a test): rkv's REST API against a 3-member etcd and a trivial server.
 
-    python bench/http.py [--duration 10] [--connections 64] [--quick] [--out bench/results]
-                         [--skip-rkv] [--skip-rkv_secure] [--skip-etcd] [--skip-trivial]
+    python -m bench.http [--duration 10] [--connections 64] [--sweep 1,64,256] [--quick]
+                         [--out bench/results] [--skip-rkv] [--skip-etcd_grpc]
+                         [--skip-rkv_secure] [--skip-etcd] [--skip-trivial]
                          [--generator wrk|python]
 
-Per system, one at a time (the others are stopped: they would share the 2 cores), and
-with wrk as the load generator (installed with apt-get when missing; an aiohttp
-closed-loop generator otherwise, marked ``python*`` in the table):
+One system at a time (the others are stopped: they would share the 2 cores), in this
+order, rkv and etcd's gRPC client back to back:
 
-- put: PUT of unique keys, 100-byte values, ``--connections`` connections, to the leader;
-- get_linearizable: GET of preloaded keys, linearizable, to the leader;
-- get_stale: GET of preloaded keys, stale (etcd: serializable), spread over every node:
-  one wrk thread per node, so the connections are rounded down to a multiple of 3;
-- put_1conn: one connection, one thread: the latency of a lone client's PUT.
+- ``rkv``: ``rkv up`` (3 nodes), loaded with wrk over HTTP (installed with apt-get when
+  missing; an aiohttp closed-loop generator otherwise, marked ``python*``);
+- ``etcd_grpc``: etcd from Debian's etcd-server (3 members, its own fsync defaults),
+  loaded through its native gRPC API by bench/etcd_load, a Go program on clientv3 that
+  bench/etcd_native.py builds offline from Debian's golang-go and golang-etcd-server-dev
+  (installed when missing) and caches in the temporary directory;
+- ``rkv_secure``: rkv with TLS and auth on, the same wrk load over HTTPS with a bearer
+  token (bench/rkv_secure.py);
+- ``etcd``: the same etcd through its JSON gateway with wrk (the second reference);
+- ``trivial``: bench/trivial_server.py, one aiohttp process (the ceiling for Python).
 
-Systems: ``rkv up`` (3 nodes), ``rkv_secure`` (3 nodes with TLS and auth on, the same
-load over HTTPS with a bearer token: bench/rkv_secure.py), etcd from Debian's etcd-server
-(3 members, its own fsync defaults, through its JSON gateway) and bench/trivial_server.py
-(one aiohttp process: the ceiling for Python here). Every server listens on 127.0.0.1
-only and is stopped by PID on exit, Ctrl-C or error. Results: a table, the rkv/etcd
-ratios and the cost of TLS + auth (rkv_secure against rkv, target at most 20 %) on
-stdout, progress on stderr, bench/results/http.json and http.html. Scratch data goes to
-the system temporary directory (set TMPDIR to pick the disk).
+Workloads, each on random keys among ``--keys`` (10,000; PREFIX%06d, preloaded first)
+with 100-byte values: ``put`` (PUT to the leader), ``get_linearizable`` (GET to the
+leader, linearizable) and ``get_stale`` (GET on one follower, stale; etcd: serializable).
+rkv and etcd_grpc run each at every ``--sweep`` connection count (1, 64, 256: N clients
+over N connections, one request in flight each); the references at ``--connections``
+and PUT at 1. Every server listens on 127.0.0.1 only and is stopped by PID on exit,
+Ctrl-C or error.
+
+Stdout: the runs (ops/s, p50, p99, errors, elections: the largest increase of a
+member's leader-change counter on /metrics during the run), then rkv against etcd gRPC
+with every ratio and issue 19's targets (PUT 64 >= 1.0x, linearizable GET 64 >= 1.0x,
+stale GET 64 >= 1.2x serializable, one-connection PUT p50 <= 1.5x), rkv against the
+JSON gateway and the trivial server, and the cost of TLS + auth. Progress on stderr;
+bench/results/http.json and http.html. Scratch data goes to the system temporary
+directory (set TMPDIR to pick the disk).
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +74,13 @@ if __name__ == "__main__":
     _unshadow_stdlib_http()
     _use_the_venv()
 
-from bench import http_report  # noqa: E402
-from bench.http_report import WORKLOADS  # noqa: E402
+from bench import etcd_native, http_report  # noqa: E402
+from bench.elections import elections_between, read_counts  # noqa: E402
+from bench.http_compare import WORKLOADS  # noqa: E402
 from bench.loadgen import Load, Result, preload, run_python  # noqa: E402
 from bench.procs import Processes, interrupt_on_signals  # noqa: E402
-from bench.support import BenchError, http_json, progress  # noqa: E402
-from bench.systems import STARTERS, SYSTEMS, System  # noqa: E402
+from bench.support import BenchError, progress  # noqa: E402
+from bench.systems import ETCD_GRPC, RKV, STARTERS, SYSTEMS, System  # noqa: E402
 from bench.wrk_runner import find_wrk, run_wrk, wrk_version  # noqa: E402
 
 Runner = Callable[[Load], Result]
@@ -75,8 +89,9 @@ Runner = Callable[[Load], Result]
 @dataclass(frozen=True)
 class Settings:
     duration: float
-    connections: int
-    keys: int  # preloaded keys for the GET runs
+    connections: int  # the reference systems' connections
+    sweep: tuple[int, ...]  # rkv's and etcd_grpc's connection counts
+    keys: int  # the key space: preloaded, then random keys among them
     warmup: float  # seconds of unrecorded PUT load before the runs
     out: Path
     systems: tuple[str, ...]
@@ -84,27 +99,34 @@ class Settings:
     keep_data: bool
 
 
-def loads_for(system: System, settings: Settings) -> list[Load]:
-    api, c, leader = system.api, settings.connections, (system.leader,)
-    token = f"{int(time.time())}-"
+SWEPT = (RKV, ETCD_GRPC)  # the systems run at every --sweep connection count
 
-    def load(workload: str, urls: tuple[str, ...], conns: int, threads: int) -> Load:
-        op = "put" if workload.startswith("put") else "get"
+
+def loads_for(system: System, settings: Settings) -> list[Load]:
+    api, prefix = system.api, get_prefix(system)
+
+    def load(workload: str, conns: int) -> Load:
+        op = "put" if workload == "put" else "get"
         path = api.put_path if op == "put" else api.get_path
         extra = {"get_linearizable": api.linearizable, "get_stale": api.stale}.get(workload, "")
-        prefix = f"{workload}-{token}" if op == "put" else get_prefix(system)
-        threads = min(threads, conns)
+        urls = (system.follower,) if workload == "get_stale" else (system.leader,)
+        threads = min(2, conns)
         conns = conns // threads * threads  # wrk gives each thread conns // threads
         return Load(system.name, workload, op, api.kind, urls, path, extra, prefix,
                     settings.keys, conns, threads, settings.duration,
                     system.headers, system.cafile)  # fmt: skip
 
-    return [
-        load("put", leader, c, 2),
-        load("get_linearizable", leader, c, 2),
-        load("get_stale", system.members, c, max(2, len(system.members))),  # a thread per node
-        load("put_1conn", leader, 1, 1),
-    ]
+    if system.name in SWEPT:
+        return [load(w, c) for w in WORKLOADS for c in settings.sweep]
+    return [load(w, settings.connections) for w in WORKLOADS] + [load("put", 1)]
+
+
+def warmup_load(system: System, settings: Settings) -> Load:
+    """PUTs at --connections on keys of their own (not the preloaded ones)."""
+    put = next(x for x in loads_for(system, settings) if x.workload == "put")
+    conns = settings.connections // 2 * 2
+    return replace(put, connections=conns, threads=2, duration=settings.warmup,
+                   key_prefix="warmup-")  # fmt: skip
 
 
 def get_prefix(system: System) -> str:
@@ -114,50 +136,37 @@ def get_prefix(system: System) -> str:
 def measure(system: System, settings: Settings, runner: Runner) -> list[Result]:
     progress(f"{system.name}: preloading {settings.keys:,} keys through {system.leader}")
     try:
-        preload(
-            system.api,
-            system.leader,
-            get_prefix(system),
-            settings.keys,
-            system.headers,
-            system.cafile,
-        )
+        if system.name == ETCD_GRPC:
+            binary = etcd_native.build()
+            etcd_native.preload(binary, system.leader, get_prefix(system), settings.keys)
+        else:
+            preload(system.api, system.leader, get_prefix(system), settings.keys,
+                    system.headers, system.cafile)  # fmt: skip
     except Exception as error:  # aiohttp's errors, or failed answers
         raise BenchError(f"{system.name}: preload failed: {error}") from error
-    loads = loads_for(system, settings)
     if settings.warmup > 0:
         progress(f"{system.name}: warm-up, {settings.warmup:g} s of PUT load")
-        runner(replace(loads[0], duration=settings.warmup, key_prefix="warmup-"))
-    before = raft_terms(system)
-    results = [run_one(load, runner) for load in loads]
-    after = raft_terms(system)
-    if before:
-        elections = {url: after.get(url, -1) - term for url, term in before.items()}
-        system.about["raft terms before/after load"] = f"{before} -> {after}"
-        system.about["elections during load"] = max(elections.values())
-        progress(f"{system.name}: elections during the load: {max(elections.values())}")
+        runner(warmup_load(system, settings))
+    results = [run_one(system, load, runner) for load in loads_for(system, settings)]
+    seen = [r.elections for r in results if r.elections is not None]
+    if seen:
+        system.about[f"{system.name}: elections during the load"] = sum(seen)
+        progress(f"{system.name}: elections during the load: {sum(seen)}")
     return results
 
 
-def raft_terms(system: System) -> dict[str, int]:
-    """Each rkv node's raft term (a new term means an election); empty for other systems."""
-    if system.name != "rkv":
-        return {}
-    terms = {}
-    for url in system.members:
-        status = http_json(f"{url}/v1/status")
-        if isinstance(status, dict) and isinstance(status.get("term"), int):
-            terms[url] = status["term"]
-    return terms
-
-
-def run_one(load: Load, runner: Runner) -> Result:
+def run_one(system: System, load: Load, runner: Runner) -> Result:
     where = ", ".join(load.urls)
+    how = "clients, one each" if load.api == "grpc" else f"conns, {load.threads} threads"
     progress(
-        f"start {load.system} {WORKLOADS[load.workload]}: {load.connections} conns, "
-        f"{load.threads} threads, {load.duration:g} s -> {where}"
+        f"start {load.system} {WORKLOADS[load.workload]}: {load.connections} {how}, "
+        f"{load.duration:g} s -> {where}"
     )
+    metric = system.leader_metric
+    before = read_counts(system.members, metric) if metric else {}
     result = runner(load)
+    if metric:
+        result.elections = elections_between(before, read_counts(system.members, metric))
     flag = f", ERRORS {result.errors}" if result.error_count else ""
     progress(
         f"done  {load.system} {WORKLOADS[load.workload]}: {result.ops:,.0f} ops/s, "
@@ -168,6 +177,10 @@ def run_one(load: Load, runner: Runner) -> Result:
 
 def bench_system(name: str, settings: Settings, runner: Runner, meta: dict[str, Any]):
     """Start one system in a scratch directory, measure it, stop it (also on errors)."""
+    if name == ETCD_GRPC:  # built (or found in the cache) before etcd starts
+        binary = etcd_native.build()
+        meta["etcd gRPC load generator"] = f"bench/etcd_load, clientv3 ({binary})"
+        runner = partial(etcd_native.run_load, binary)
     scratch = tempfile.mkdtemp(prefix=f"rkv-bench-http-{name}-")
     try:
         with Processes() as procs:
@@ -201,9 +214,11 @@ def base_meta(settings: Settings) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "duration s": settings.duration,
         "connections": settings.connections,
-        "preloaded keys": settings.keys,
+        "connection sweep (rkv, etcd gRPC)": ", ".join(map(str, settings.sweep)),
+        "keys (preloaded; random keys among them)": settings.keys,
+        "value bytes": 100,
         "scratch": tempfile.gettempdir(),
-        "routing": "PUT and linearizable GET to the leader; stale GET over every node",
+        "routing": "PUT and linearizable GET to the leader; stale GET on one follower",
         "note": "the load generator runs on the same cores as the servers",
         "load average at start": load_average(),
     }
@@ -217,6 +232,15 @@ def load_average() -> str:
         else ""
     )
     return f"{one:.2f} (1 min), {five:.2f} (5 min){busy}"
+
+
+PRINTED = (
+    "load generator",
+    "etcd gRPC load generator",
+    "etcd version",
+    "etcd gateway prefix",
+    "load average at start",
+)
 
 
 def run(settings: Settings) -> int:
@@ -234,15 +258,9 @@ def run(settings: Settings) -> int:
             failed[name] = str(error)
     if failed:
         meta["failed"] = failed
-    for key in (
-        "load generator",
-        "etcd version",
-        "etcd gateway prefix",
-        "load average at start",
-        "elections during load",
-    ):
-        if key in meta:
-            print(f"{key}: {meta[key]}")
+    for key, about in meta.items():
+        if key in PRINTED or key.endswith("elections during the load"):
+            print(f"{key}: {about}")
     print(http_report.text_report(results))
     for name, why in failed.items():
         print(f"{name}: FAILED: {why.splitlines()[0]}")
@@ -254,8 +272,16 @@ def run(settings: Settings) -> int:
 def parse_settings(argv: list[str] | None) -> Settings:
     parser = argparse.ArgumentParser(description="Benchmark rkv's HTTP API against etcd.")
     parser.add_argument("--duration", type=float, help="seconds per run (default 10)")
-    parser.add_argument("--connections", type=int, default=64, help="default 64")
-    parser.add_argument("--quick", action="store_true", help="3 s runs, fewer keys")
+    parser.add_argument(
+        "--connections", type=int, default=64, help="the reference systems' (default 64)"
+    )
+    parser.add_argument(
+        "--sweep",
+        default="1,64,256",
+        help="rkv's and etcd gRPC's connection counts, comma-separated (default 1,64,256)",
+    )
+    parser.add_argument("--keys", type=int, help="key space (default 10000; --quick 1000)")
+    parser.add_argument("--quick", action="store_true", help="3 s runs, 1,000 keys")
     out = Path(__file__).resolve().parent / "results"
     parser.add_argument("--out", type=Path, default=out, help="default bench/results")
     for name in SYSTEMS:
@@ -271,11 +297,21 @@ def parse_settings(argv: list[str] | None) -> Settings:
     duration = args.duration if args.duration is not None else 3.0 if args.quick else 10.0
     if duration <= 0 or args.connections < 3:
         parser.error("--duration must be positive and --connections at least 3")
+    try:
+        sweep = tuple(sorted({int(c) for c in args.sweep.split(",") if c.strip()}))
+    except ValueError:
+        parser.error(f"--sweep {args.sweep!r}: want connection counts such as 1,64,256")
+    if not sweep or min(sweep) < 1:
+        parser.error("--sweep needs connection counts of at least 1")
+    keys = args.keys if args.keys is not None else 1000 if args.quick else 10_000
+    if keys < 1:
+        parser.error("--keys must be at least 1")
     systems = tuple(s for s in SYSTEMS if not getattr(args, f"skip_{s}"))
     return Settings(
         duration=duration,
         connections=args.connections,
-        keys=200 if args.quick else 1000,
+        sweep=sweep,
+        keys=keys,
         warmup=1.0 if args.quick else 2.0,
         out=args.out,
         systems=systems,

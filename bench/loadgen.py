@@ -7,13 +7,17 @@ Two request shapes, kept identical to bench/wrk/kv.lua:
   ``GET {path}{key}{extra}`` where extra is the query string (``?consistency=stale``);
 - ``etcd`` (the v3 JSON gateway): ``POST {path}`` with ``{"key": b64, "value": b64}`` for
   put, ``{"key": b64 ...extra}`` for range (extra: ``,"serializable":true``).
+
+Every request, PUT or GET, names a random key among ``Load.keys`` (``prefix%06d``): the
+GETs find the preloaded keys, the PUTs overwrite them. The ``grpc`` shape (etcd's native
+client) is bench/etcd_native.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
+import random
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -36,6 +40,7 @@ class Api:
 
 
 REST = Api("rest", "/v1/kv/", "/v1/kv/", "?consistency=linearizable", "?consistency=stale")
+GRPC = Api("grpc", "", "", "", "")  # etcd's native API: bench/etcd_native.py builds the requests
 
 
 def etcd_api(prefix: str) -> Api:
@@ -46,14 +51,14 @@ def etcd_api(prefix: str) -> Api:
 @dataclass(frozen=True)
 class Load:
     system: str
-    workload: str  # put | get_linearizable | get_stale | put_1conn
+    workload: str  # put | get_linearizable | get_stale
     op: str  # put | get
-    api: str  # rest | etcd
+    api: str  # rest | etcd | grpc
     urls: tuple[str, ...]  # "http://127.0.0.1:port"; thread i loads urls[i % len(urls)]
     path: str
     extra: str
     key_prefix: str
-    keys: int  # preloaded keys (GET)
+    keys: int  # the key space: each request picks a random key prefix000000 .. among these
     connections: int
     threads: int
     duration: float
@@ -64,13 +69,14 @@ class Load:
 @dataclass
 class Result:
     load: Load
-    generator: str  # "wrk" | "python"
+    generator: str  # "wrk" | "python" | "clientv3"
     requests: int
     seconds: float
     p50_ms: float
     p99_ms: float
     errors: dict[str, int] = field(default_factory=dict)  # kind -> count, zeros left out
-    raw: str = ""  # wrk's own output, kept for the JSON report
+    raw: str = ""  # the generator's own output, kept for the JSON report
+    elections: int | None = None  # leader changes seen during the run; None: not measured
 
     @property
     def ops(self) -> float:
@@ -170,15 +176,11 @@ def preload(
 async def _closed_loop(load: Load) -> Result:
     latencies: list[float] = []
     errors: dict[str, int] = {}
-    counter = itertools.count()
     deadline = time.monotonic() + load.duration
+    pick = random.Random()
 
-    def next_parts(worker: int) -> tuple[str, str, bytes]:
-        n = next(counter)
-        if load.op == "get":
-            key = get_key(load.key_prefix, (n * 7919) % load.keys)
-        else:
-            key = f"{load.key_prefix}{worker}-{n}"
+    def next_parts() -> tuple[str, str, bytes]:
+        key = get_key(load.key_prefix, pick.randrange(load.keys))
         return request_parts(load.api, load.op, load.path, load.extra, key)
 
     async def worker(session: aiohttp.ClientSession, index: int) -> None:
@@ -186,7 +188,7 @@ async def _closed_loop(load: Load) -> Result:
         while time.monotonic() < deadline:
             started = time.perf_counter()
             try:
-                status, body = await _send(session, base, next_parts(index), load.headers)
+                status, body = await _send(session, base, next_parts(), load.headers)
             except (aiohttp.ClientError, TimeoutError):
                 errors["socket"] = errors.get("socket", 0) + 1
                 continue

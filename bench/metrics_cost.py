@@ -2,8 +2,9 @@
 
     python bench/metrics_cost.py [--duration 6] [--connections 32] [--rounds 2]
 
-Starts a 3-node ``rkv up`` cluster with RKV_METRICS=on, loads it with wrk (PUT of
-unique keys, then linearizable GETs of preloaded keys, both to the leader), stops it,
+Starts a 3-node ``rkv up`` cluster with RKV_METRICS=on, loads it with wrk (PUTs, then
+linearizable GETs of the preloaded keys, both on random keys among KEYS and to the
+leader; bench/wrk/kv.lua), stops it,
 and does the same with RKV_METRICS=off. Rounds alternate the order (on off, off on...)
 so that a drift of the machine's load weighs on both alike; the table shows the mean
 of each. On a shared machine a difference of a few percent is noise unless repeated

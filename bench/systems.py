@@ -1,5 +1,7 @@
-"""The three systems under load, each started on 127.0.0.1 inside a ``Processes``: an rkv
-cluster (``rkv up``), an etcd cluster, and bench/trivial_server.py (the ceiling)."""
+"""The systems under load, each started on 127.0.0.1 inside a ``Processes``: an rkv
+cluster (``rkv up``, plain or with TLS and auth), an etcd cluster loaded through its
+native gRPC client (``etcd_grpc``) or through its JSON gateway (``etcd``), and
+bench/trivial_server.py (the ceiling)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from bench import etcd_cluster, rkv_cluster, rkv_secure
-from bench.loadgen import REST, Api, etcd_api
+from bench.loadgen import GRPC, REST, Api, etcd_api
 from bench.procs import Processes
 from bench.support import LOOPBACK, free_ports, http_request, wait_until
 
-RKV, RKV_SECURE, ETCD, TRIVIAL = "rkv", "rkv_secure", "etcd", "trivial"
-SYSTEMS = (RKV, RKV_SECURE, ETCD, TRIVIAL)
+RKV, RKV_SECURE, ETCD, ETCD_GRPC, TRIVIAL = "rkv", "rkv_secure", "etcd", "etcd_grpc", "trivial"
+SYSTEMS = (RKV, ETCD_GRPC, RKV_SECURE, ETCD, TRIVIAL)  # the order they run in
+LABELS = {
+    RKV: "rkv",
+    ETCD_GRPC: "etcd gRPC (clientv3)",
+    RKV_SECURE: "rkv_secure (TLS+auth)",
+    ETCD: "etcd JSON gateway",
+    TRIVIAL: "trivial aiohttp",
+}
+RKV_LEADER_METRIC = "rkv_server_leader_changes_seen_total"
+ETCD_LEADER_METRIC = "etcd_server_leader_changes_seen_total"
 TRIVIAL_SERVER = Path(__file__).resolve().parent / "trivial_server.py"
 
 
@@ -28,11 +39,20 @@ class System:
     about: dict[str, Any] = field(default_factory=dict)
     headers: tuple[tuple[str, str], ...] = ()  # sent with every request (a bearer token)
     cafile: str | None = None  # the CA its https:// URLs are verified against
+    leader_metric: str | None = None  # the /metrics counter of leader changes each member sees
+
+    @property
+    def follower(self) -> str:
+        """The member that serves the stale GETs: one follower (the leader if alone)."""
+        return next((url for url in self.members if url != self.leader), self.leader)
 
 
 def start_rkv(procs: Processes, data: Path) -> System:
     cluster = rkv_cluster.start(procs, data)
-    return System(RKV, REST, cluster.leader_url, cluster.urls, {"rkv leader": cluster.leader_url})
+    about = {"rkv leader": cluster.leader_url}
+    return System(
+        RKV, REST, cluster.leader_url, cluster.urls, about, leader_metric=RKV_LEADER_METRIC
+    )
 
 
 def start_rkv_secure(procs: Processes, data: Path) -> System:
@@ -53,7 +73,23 @@ def start_etcd(procs: Processes, data: Path) -> System:
     cluster = etcd_cluster.start(procs, data)
     api = etcd_api(cluster.prefix)
     about = {"etcd version": cluster.version, "etcd gateway prefix": cluster.prefix}
-    return System(ETCD, api, cluster.leader_url, cluster.client_urls, about)
+    return System(
+        ETCD, api, cluster.leader_url, cluster.client_urls, about, leader_metric=ETCD_LEADER_METRIC
+    )
+
+
+def start_etcd_grpc(procs: Processes, data: Path) -> System:
+    """etcd as its users reach it: gRPC through clientv3 (bench/etcd_native.py's generator)."""
+    cluster = etcd_cluster.start(procs, data)
+    about = {"etcd version": cluster.version, "etcd gRPC leader": cluster.leader_url}
+    return System(
+        ETCD_GRPC,
+        GRPC,
+        cluster.leader_url,
+        cluster.client_urls,
+        about,
+        leader_metric=ETCD_LEADER_METRIC,
+    )
 
 
 def start_trivial(procs: Processes, data: Path) -> System:
@@ -70,5 +106,6 @@ STARTERS: dict[str, Callable[[Processes, Path], System]] = {
     RKV: start_rkv,
     RKV_SECURE: start_rkv_secure,
     ETCD: start_etcd,
+    ETCD_GRPC: start_etcd_grpc,
     TRIVIAL: start_trivial,
 }

@@ -1,4 +1,4 @@
--- wrk script for bench/http.py: PUTs of unique keys or GETs of preloaded keys,
+-- wrk script for bench/http.py: PUTs or GETs of random keys among the preloaded ones,
 -- over rkv's REST API ("rest") or etcd's JSON gateway ("etcd").
 -- Configured by environment variables (setup() cannot see wrk's script arguments):
 --   BENCH_OP      put | get
@@ -6,8 +6,8 @@
 --   BENCH_PATH    rest: key path prefix ("/v1/kv/"); etcd: "/v3/kv/put" or "/v3/kv/range"
 --   BENCH_EXTRA   rest GET: query string ("?consistency=stale");
 --                 etcd range: extra JSON members (',"serializable":true')
---   BENCH_PREFIX  key prefix; PUT keys are PREFIX .. thread .. "-" .. n, GET keys PREFIX .. %06d
---   BENCH_KEYS    number of preloaded keys (GET)
+--   BENCH_PREFIX  key prefix; keys are PREFIX .. %06d
+--   BENCH_KEYS    the key space: each request picks a random key among this many
 --   BENCH_VALUE   the value written by PUT (printable ASCII)
 --   BENCH_HOSTS   "host:port,host:port": thread i connects to host i mod n
 --   BENCH_AUTH    an Authorization header's value sent with every request ("": none)
@@ -62,7 +62,6 @@ function setup(thread)
 end
 
 -- Thread states.
-local n = 0
 local gets = {}
 bad = 0      -- responses outside 2xx (wrk itself only counts >= 400)
 missing = 0  -- etcd range answers without "kvs": the key was not found
@@ -75,20 +74,20 @@ local function get_request(key)
 end
 
 function init(args)
+  math.randomseed(os.time() * 1000 + id * 7919) -- each thread its own sequence
   if op == "get" then
     for i = 0, nkeys - 1 do
       gets[i + 1] = get_request(prefix .. string.format("%06d", i))
     end
-    n = (id * 7919) % nkeys -- threads start at different keys
   end
 end
 
 function request()
-  n = n + 1
+  local i = math.random(0, nkeys - 1)
   if op == "get" then
-    return gets[n % nkeys + 1]
+    return gets[i + 1]
   end
-  local key = prefix .. id .. "-" .. n
+  local key = prefix .. string.format("%06d", i)
   if api == "etcd" then
     local body = '{"key":"' .. b64(key) .. '","value":"' .. value_b64 .. '"}'
     return wrk.format("POST", path, json_headers, body)

@@ -5,8 +5,9 @@ carry it (node/cli/json_logs.py reads it)."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
-import secrets
 from contextvars import ContextVar
 
 from aiohttp import web
@@ -20,6 +21,11 @@ _KEY: web.RequestKey[str] = web.RequestKey("rkv_request_id", str)
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("rkv_request_id", default=None)
 
+# Made-up ids: this process's random prefix and a counter. Unique, not secret, and
+# without a system call per request (secrets.token_hex cost 1 % of a PUT's CPU).
+_PREFIX = os.urandom(6).hex()
+_NEXT = itertools.count(1)
+
 
 def current_request_id() -> str | None:
     """The id of the request being served in this context, if any."""
@@ -31,7 +37,7 @@ def _chosen_id(request: web.Request) -> str:
         given = request.headers.get(name)
         if given is not None and _SANE.fullmatch(given):
             return given
-    return secrets.token_hex(8)
+    return f"{_PREFIX}-{next(_NEXT):x}"
 
 
 @web.middleware

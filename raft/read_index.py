@@ -159,8 +159,10 @@ class ReadIndex:
     def submit(self, reader: Reader) -> None:
         """Queue a local read (any thread); its outcome comes through ``deliver``."""
         with self._inbox_lock:
+            first = not self._inbox
             self._inbox.append(_Waiting(reader, self._clock() + self._timeout))
-        self._wake()
+        if first:  # else a wake is already due: the raft thread takes the whole inbox
+            self._wake()
 
     # -- the raft thread --------------------------------------------------------------
 

@@ -186,6 +186,8 @@ class AuthService:
         self._failed = failed_logins or FailedLogins()
         self._cache_key = os.urandom(32)
         self._revision = -1
+        self._meta: AuthMeta | None = None
+        self._meta_index = -1  # the store's applied index when _meta was read
         self._logins: OrderedDict[bytes, str] = OrderedDict()
         self._principals: dict[str, Principal] = {}
         self._hashing: asyncio.Semaphore | None = None
@@ -194,9 +196,14 @@ class AuthService:
 
     def meta(self) -> AuthMeta:
         """The enabled flag and revision this node has applied; clears the caches when
-        the revision moved."""
+        the revision moved. Read again only once the store has applied another entry
+        (the store sets its applied index after each write transaction commits)."""
+        index = self._store.applied_index
+        if self._meta is not None and index == self._meta_index:
+            return self._meta
         found = self._store.get(AUTH_META_KEY)
         meta = decode_meta(None if found is None else found.value)
+        self._meta, self._meta_index = meta, index
         if meta.revision != self._revision:
             self._revision = meta.revision
             self._logins.clear()

@@ -148,9 +148,9 @@ def test_worker_requests_are_counted_in_the_node_metrics(cluster: LocalCluster) 
         text = http("GET", node.url + "/metrics").body.decode()
         total = 0.0
         for line in text.splitlines():
-            if line.startswith("rkv_http_requests_total{") and 'route="/v1/kv/{key}"' in line:
-                if 'method="GET"' in line:
-                    total += float(line.rsplit(" ", 1)[1])
+            wanted = 'route="/v1/kv/{key}"' in line and 'method="GET"' in line
+            if line.startswith("rkv_http_requests_total{") and wanted:
+                total += float(line.rsplit(" ", 1)[1])
         return total
 
     before = served()
@@ -307,7 +307,7 @@ def test_a_client_certificate_user_is_known_on_a_worker_and_in_main(
 ) -> None:
     node = tls_cluster.nodes[0]
     root = {"Authorization": "Basic " + base64.b64encode(b"root:pw").decode()}
-    for method, path, body in (
+    steps: list[tuple[str, str, dict[str, Any] | None]] = [
         ("POST", "/v1/auth/users", {"name": "root", "password": "pw"}),
         ("PUT", "/v1/auth/users/root/roles/root", None),
         ("POST", "/v1/auth/roles", {"name": "reader"}),
@@ -318,8 +318,9 @@ def test_a_client_certificate_user_is_known_on_a_worker_and_in_main(
         ),
         ("POST", "/v1/auth/users", {"name": "alice", "password": "a", "roles": ["reader"]}),
         ("POST", "/v1/auth/enable", None),
-    ):
-        data = None if body is None else json.dumps(body).encode()
+    ]
+    for method, path, step in steps:
+        data = None if step is None else json.dumps(step).encode()
         answer = http(method, node.url + path, data, headers=root)
         assert answer.status == 200, (path, answer.body[:200])
     tls_cluster.use_headers(root)

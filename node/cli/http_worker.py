@@ -139,8 +139,9 @@ def _worker_http(config: Message, store: ReadOnlyStore, main: _Main, link: Link)
 async def serve_worker(link_fd: int) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # Ctrl-C reaches the whole process group: main decides when its workers stop.
+    loop.add_signal_handler(signal.SIGINT, lambda: None)
     main = _Main()
     config_came: asyncio.Future[Message] = loop.create_future()
     pending: list[tuple[socket.socket, str]] = []

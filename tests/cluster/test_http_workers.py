@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import socket
 import ssl
 from collections.abc import Iterator
-from http.client import HTTPConnection, HTTPResponse, HTTPSConnection
+from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +165,41 @@ def test_worker_requests_are_counted_in_the_node_metrics(cluster: LocalCluster) 
     wait_until(lambda: served() >= before + 25, 10, "the worker's counts reach /metrics")
 
 
+def test_a_worker_that_dies_is_replaced_and_its_connections_released(
+    cluster: LocalCluster,
+) -> None:
+    node = cluster.followers()[0]
+    assert http("PUT", cluster.leader().url + "/v1/kv/dies", b"d").status == 200
+    conn = connect(node)
+    try:
+        assert request(conn, "GET", "/v1/kv/dies")[:2] == (200, b"d")
+        before = http("GET", node.url + "/v1/status").json()["http_workers"]
+        holder = next(w for w in before if w["connections"] == 1)
+        os.kill(int(holder["pid"]), signal.SIGKILL)
+        with pytest.raises((OSError, HTTPException)):  # its connection died with it
+            request(conn, "GET", "/v1/kv/dies")
+    finally:
+        conn.close()
+
+    def replaced() -> bool:
+        now = http("GET", node.url + "/v1/status").json()["http_workers"]
+        again = next(w for w in now if w["index"] == holder["index"])
+        return bool(again["ready"]) and again["pid"] != holder["pid"]
+
+    wait_until(replaced, 30, "main starts the worker again")
+    assert worker_connections(node) == 0  # the dead worker's connection is not counted
+    conn = connect(node)
+    try:
+        assert request(conn, "GET", "/v1/kv/dies")[:2] == (200, b"d")
+        assert worker_connections(node) == 1
+    finally:
+        conn.close()
+
+
 def test_killing_the_node_leaves_no_worker_and_frees_the_port(cluster: LocalCluster) -> None:
     victim = cluster.followers()[-1]
     index = cluster.nodes.index(victim)
+    assert http("PUT", cluster.leader().url + "/v1/kv/survives", b"s").status == 200
     workers = http("GET", victim.url + "/v1/status").json()["http_workers"]
     pids = [int(w["pid"]) for w in workers]
     assert len(pids) == 2
@@ -178,7 +211,8 @@ def test_killing_the_node_leaves_no_worker_and_frees_the_port(cluster: LocalClus
         socket.create_connection(("127.0.0.1", victim.http_port), timeout=2).close()
     cluster.start_node(index)
     cluster.wait_ready()
-    assert http("GET", victim.url + "/v1/kv/w/0?consistency=stale").body == b"first"
+    assert http("GET", victim.url + "/v1/kv/survives").body == b"s"
+    assert len(http("GET", victim.url + "/v1/status").json()["http_workers"]) == 2
 
 
 def _alive(pid: int) -> bool:
@@ -187,6 +221,30 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_the_connection_cap_counts_the_workers_connections(tmp_path: Path) -> None:
+    capped = LocalCluster(
+        tmp_path / "cluster", size=1, extra_args=[*WORKERS, "--max-connections", "3"]
+    )
+    try:
+        capped.start()
+        node = capped.nodes[0]
+        conns = [connect(node) for _ in range(3)]
+        for conn in conns:
+            assert request(conn, "GET", "/v1/kv/a?consistency=stale")[0] == 404
+        refused = http("GET", node.url + "/v1/kv/a?consistency=stale")
+        assert refused.status == 503 and refused.json()["code"] == "too_many_connections"
+        conns.pop().close()
+
+        def room() -> bool:
+            return http("GET", node.url + "/v1/kv/a?consistency=stale").status == 404
+
+        wait_until(room, 10, "a closed worker connection frees its place")
+        for conn in conns:
+            conn.close()
+    finally:
+        capped.stop()
 
 
 # -- auth ----------------------------------------------------------------------------------

@@ -132,11 +132,13 @@ class DispatchingSite(web.BaseSite):
         task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
-        for task in list(self._tasks):
-            task.cancel()
         self._runner._unreg_site(self)
 
     async def _accept(self, listener: socket.socket) -> None:

@@ -44,6 +44,7 @@ _HOP_BY_HOP = frozenset(
         "Trailer",
         "Transfer-Encoding",
         "Upgrade",
+        "Expect",  # aiohttp answered 100-continue here already
         *_TRUSTED,
     )
 )

@@ -21,10 +21,10 @@ terminates them by PID and kills any that does not exit in time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -100,6 +100,25 @@ def settings_message(settings: WorkerSettings, index: int, socket_path: str, key
     }
 
 
+_MAX_SOCKET_PATH = 100
+"""sun_path holds 108 bytes on Linux, 104 on BSDs."""
+
+
+def _private_socket_path(data_dir: Path) -> str:
+    """Where main listens for what its workers forward: in the data directory, in a
+    folder only the node's user may enter (a fresh temporary one when the data
+    directory's path is too long for a unix socket). A stale socket is removed."""
+    folder = data_dir / "http-workers"
+    path = str(folder / "main.sock")
+    if len(path) > _MAX_SOCKET_PATH:
+        return os.path.join(tempfile.mkdtemp(prefix="rkv-main-"), "main.sock")
+    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.chmod(0o700)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return path
+
+
 class _Worker:
     def __init__(self, index: int) -> None:
         self.index = index
@@ -129,8 +148,7 @@ class HttpWorkers:
         self._auth = auth
         self._store = store
         self._workers = [_Worker(i + 1) for i in range(count)]
-        self._dir = tempfile.mkdtemp(prefix="rkv-main-")  # 0700: only this user connects
-        self.socket_path = os.path.join(self._dir, "http.sock")
+        self.socket_path = _private_socket_path(store.path.parent)
         self.key = secrets.token_urlsafe(32)
         self.counts: ConnectionCounts | None = None
         """Main's connection counts (set once its HTTP server exists)."""
@@ -239,7 +257,8 @@ class HttpWorkers:
                 await asyncio.to_thread(process.wait)
             if worker.link is not None:
                 worker.link.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
 
     def _on_end(self, worker: _Worker) -> None:
         worker.ready = False

@@ -142,6 +142,27 @@ def test_a_read_connection_that_goes_on_with_writes_is_forwarded_to_main(
     assert http("GET", leader.url + "/v1/kv/mixed/b").body == b"y"
 
 
+def test_a_watch_on_a_worker_connection_streams_each_change_as_it_comes(
+    cluster: LocalCluster,
+) -> None:
+    leader = cluster.leader()
+    conn = connect(leader)
+    try:
+        assert request(conn, "GET", "/v1/kv/watched/a?consistency=stale")[0] in (200, 404)
+        assert worker_connections(leader) == 1
+        conn.request("GET", "/v1/watch?prefix=watched/&encoding=utf-8")
+        stream = conn.getresponse()
+        assert stream.status == 200
+        for value in ("one", "two"):  # each line arrives while the stream stays open
+            assert http("PUT", leader.url + "/v1/kv/watched/a", value.encode()).status == 200
+            line = json.loads(stream.readline())
+            while "keepalive" in line:
+                line = json.loads(stream.readline())
+            assert (line["op"], line["key"], line["value"]) == ("put", "watched/a", value)
+    finally:
+        conn.close()
+
+
 def test_worker_requests_are_counted_in_the_node_metrics(cluster: LocalCluster) -> None:
     node = cluster.followers()[0]
 

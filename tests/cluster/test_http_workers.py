@@ -11,6 +11,8 @@ import os
 import signal
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Iterator
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
@@ -105,6 +107,50 @@ def test_reads_on_a_worker_connection_see_every_write_at_every_level(
     finally:
         conn.close()
     wait_until(lambda: worker_connections(follower) == 0, 10, "the worker reports it closed")
+
+
+def test_linearizable_reads_on_workers_never_miss_a_write_done_before_they_began(
+    cluster: LocalCluster,
+) -> None:
+    """A writer counts up on the leader; readers on every follower's worker connections
+    must never see less than the last write acknowledged before their read began."""
+    leader = cluster.leader()
+    done = [0]
+    stop = threading.Event()
+    failures: list[str] = []
+    reads = [0]
+
+    def write() -> None:
+        for value in range(1, 10_000):
+            if stop.is_set():
+                return
+            answer = http("PUT", leader.url + "/v1/kv/counter", str(value).encode())
+            assert answer.status == 200
+            done[0] = value
+
+    def read(node: NodeProcess) -> None:
+        conn = connect(node)
+        try:
+            while not stop.is_set():
+                floor = done[0]
+                status, body, _ = request(conn, "GET", "/v1/kv/counter")
+                reads[0] += 1
+                seen = int(body) if status == 200 else 0
+                if status not in (200, 404) or seen < floor:
+                    failures.append(f"{node.node_id}: {status} {body[:80]!r} < {floor}")
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=write)]
+    threads += [threading.Thread(target=read, args=(n,)) for n in cluster.followers() * 2]
+    for thread in threads:
+        thread.start()
+    time.sleep(4)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    assert not failures, failures[:5]
+    assert done[0] > 10 and reads[0] > 20
 
 
 def test_a_read_connection_that_goes_on_with_writes_is_forwarded_to_main(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client.registry import Collector
 
 from http_api import (
@@ -48,15 +49,18 @@ def build_app(
     *,
     metrics: bool = True,
     collector: Collector | None = None,
+    forwarded: Middleware | None = None,
 ) -> web.Application:
     """The app around ``service``; ``audits`` serves /v1/audit (503 without one), ``auth``
     authenticates and authorizes requests once enabled (without one, nothing is checked
     and /v1/auth answers 503), ``leases`` serves leases, locks and elections (503
     ``leases_unavailable`` without one). ``metrics``: serve GET /metrics and count
     requests (http_api/routes_metrics.py), with ``collector`` (the node's scrape-time
-    gauges) in the registry while the app runs."""
+    gauges) in the registry while the app runs. ``forwarded``: the first middleware,
+    trusting what HTTP workers forward (http_api/forwarding.py)."""
     app = web.Application(
         middlewares=[
+            *([forwarded] if forwarded is not None else []),
             request_id_middleware,
             *([routes_metrics.count_requests] if metrics else []),
             request_bounds,

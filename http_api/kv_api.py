@@ -29,7 +29,25 @@ class SnapshotSource(Protocol):
     def cancel(self) -> None: ...
 
 
-class KvApi(Protocol):
+class KvReads(Protocol):
+    """The key-value reads (http_api/routes_kv.py): the main process's service, or an
+    HTTP worker's (node/service/worker_reads.py)."""
+
+    async def get(
+        self, key: bytes, consistency: Consistency = ..., min_version: int | None = None
+    ) -> StoredValue: ...
+
+    async def scan(
+        self,
+        prefix: bytes,
+        start_after: bytes | None = None,
+        limit: int = ...,
+        consistency: Consistency = ...,
+        min_version: int | None = None,
+    ) -> ScanPage: ...
+
+
+class KvApi(KvReads, Protocol):
     @property
     def max_value_bytes(self) -> int: ...
 
@@ -90,19 +108,6 @@ class KvApi(Protocol):
     async def init_producer(self, transactional_id: str | None) -> CommandResult: ...
 
     async def execute(self, command: Command) -> CommandResult: ...
-
-    async def get(
-        self, key: bytes, consistency: Consistency = ..., min_version: int | None = None
-    ) -> StoredValue: ...
-
-    async def scan(
-        self,
-        prefix: bytes,
-        start_after: bytes | None = None,
-        limit: int = ...,
-        consistency: Consistency = ...,
-        min_version: int | None = None,
-    ) -> ScanPage: ...
 
     async def compact(self, force: bool = True) -> CompactionResult: ...
 

@@ -40,7 +40,9 @@ def node_paths() -> dict[str, Any]:
                 "limits (--max-leases, --max-lease-ttl, --max-lease-attachments, "
                 "--max-lock-waiters, --max-lock-wait). version: this node's rkv version. "
                 "storage: entries (LMDB's entry count: user keys plus internal records), "
-                "log_bytes and log_segments (the commit log on disk).",
+                "log_bytes and log_segments (the commit log on disk). http_workers (with "
+                "--http-workers): one object per worker process: index, pid, ready, "
+                "connections (the client connections it holds now).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

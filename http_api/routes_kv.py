@@ -6,6 +6,7 @@ Writes on the same paths are in http_api/routes_writes.py.
 from __future__ import annotations
 
 import json
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -20,13 +21,15 @@ from http_api.encoding import (
     raw_query,
 )
 from http_api.fair_share import in_thread
-from http_api.kv_api import KvApi
+from http_api.kv_api import KvReads
 from node.service.kv import DEFAULT_SCAN_LIMIT, ScanPage
 
 KEY_PATH = r"/v1/kv/{key:[\s\S]*}"
 """Any bytes, newlines too ("." would not match them), and none: an empty key is
 then refused as invalid_key (400) rather than as an unknown endpoint."""
 
+
+Reads = TypeVar("Reads", bound=KvReads)
 
 OFF_LOOP_BYTES = 256 * 1024
 """A scan page with more value bytes than this is encoded off the event loop."""
@@ -46,8 +49,8 @@ def _page_json(page: ScanPage, encoding: str) -> bytes:
     return json.dumps({"items": rendered, "next": next_cursor}).encode()
 
 
-def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
-    def service(request: web.Request) -> KvApi:
+def add_routes(app: web.Application, service_key: web.AppKey[Reads]) -> None:
+    def service(request: web.Request) -> KvReads:
         return request.app[service_key]
 
     async def get_key(request: web.Request) -> web.Response:

@@ -15,7 +15,9 @@ from http_api.connections import (
     GuardedSite,
     HttpLimits,
 )
+from http_api.dispatch import DispatchingSite, Handoff
 from http_api.fair_share import SHARES
+from http_api.forwarding import trust_forwarded
 from http_api.kv_api import KvApi
 from http_api.lease_api import LeaseApi
 from http_api.routes_audit import AuditApi
@@ -38,10 +40,15 @@ class HttpServer:
         leases: LeaseApi | None = None,
         metrics: bool = True,
         collector: Collector | None = None,
+        workers: Handoff | None = None,
+        private_socket: str | None = None,
+        worker_key: str = "",
     ) -> None:
         """``tls``: serve HTTPS only, with that certificate (its files are read now:
         a bad one raises OSError or ssl.SSLError before anything is served).
-        ``metrics``: serve GET /metrics, with ``collector`` registered while serving."""
+        ``metrics``: serve GET /metrics, with ``collector`` registered while serving.
+        ``workers``: hand reads to HTTP worker processes (http_api/dispatch.py), which
+        forward the rest to ``private_socket``, a unix socket path, with ``worker_key``."""
         self.limits = limits or HttpLimits()
         self.counts = ConnectionCounts(self.limits)
         self._handler_args: dict[str, Any] = {
@@ -55,9 +62,21 @@ class HttpServer:
             # an hour: a client could hold thousands of sockets for nothing).
             "keepalive_timeout": self.limits.idle_timeout,
         }
+        forwarded = None
+        if workers is not None and private_socket is not None:
+            forwarded = trust_forwarded(private_socket, worker_key)
         app = build_app(
-            service, audits, self.limits, auth, leases, metrics=metrics, collector=collector
+            service,
+            audits,
+            self.limits,
+            auth,
+            leases,
+            metrics=metrics,
+            collector=collector,
+            forwarded=forwarded,
         )
+        self._workers = workers
+        self._private_socket = private_socket
         self.counts.shares = app[SHARES]
         self._runner = web.AppRunner(
             app,
@@ -74,6 +93,21 @@ class HttpServer:
 
     async def start(self) -> None:
         await self._runner.setup()
+        handshake_timeout = None if self._tls is None else self._tls.handshake_timeout
+        if self._workers is not None and self._private_socket is not None:
+            # Only what workers forward arrives here (http_api/forwarding.py).
+            await web.UnixSite(self._runner, self._private_socket).start()
+            await DispatchingSite(
+                self._runner,
+                self._host,
+                self._port,
+                self.counts,
+                self._handler_args,
+                workers=self._workers,
+                ssl_context=self._ssl_context,
+                handshake_timeout=handshake_timeout,
+            ).start()
+            return
         site = GuardedSite(
             self._runner,
             self._host,
@@ -81,7 +115,7 @@ class HttpServer:
             self.counts,
             self._handler_args,
             ssl_context=self._ssl_context,
-            handshake_timeout=None if self._tls is None else self._tls.handshake_timeout,
+            handshake_timeout=handshake_timeout,
         )
         await site.start()
 

@@ -23,6 +23,10 @@ from typing import Any
 from aiohttp import web
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0  # node/cli/settings.py --tls-handshake-timeout
+FORWARDED_CERT_USER = "rkv.forwarded_cert_user"
+"""request[FORWARDED_CERT_USER]: the certificate user of a request an HTTP worker
+forwarded to main (http_api/forwarding.py): the worker's client connection did the
+handshake, so the user cannot be read from main's own transport."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,9 @@ def client_certificate_user(request: web.BaseRequest) -> str | None:
     """The user named by the request's verified client certificate (its subject CN),
     or None: no TLS, no client CA, or no certificate presented. An unverified
     certificate never gets this far (the handshake fails)."""
+    forwarded = request.get(FORWARDED_CERT_USER)
+    if isinstance(forwarded, str):
+        return forwarded
     transport = request.transport
     if transport is None:
         return None

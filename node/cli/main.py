@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO if args.verbose or args.command in ("node", "up") else logging.WARNING,
+        level=logging.INFO
+        if args.verbose or args.command in ("node", "up", "http-worker")
+        else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:

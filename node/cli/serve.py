@@ -29,6 +29,11 @@ def add_commands(sub: Any) -> None:
     node = sub.add_parser("node", help="run one node (flags or RKV_* variables)")
     add_node_arguments(node)
     node.set_defaults(run=_cmd_node)
+    worker = sub.add_parser("http-worker", help="(started by `rkv node --http-workers`)")
+    worker.add_argument("--link-fd", type=int, required=True)
+    worker.add_argument("--parent-pid", type=int, required=True)
+    worker.add_argument("--tls", action="store_true")
+    worker.set_defaults(run=_cmd_http_worker)
     check = sub.add_parser("check", help="open and recover a data directory, print its state")
     check.add_argument("--data-dir", type=Path, required=True)
     check.set_defaults(run=_cmd_check)
@@ -79,6 +84,12 @@ def _cmd_node(args: argparse.Namespace) -> int:
         print(f"rkv node: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _cmd_http_worker(args: argparse.Namespace) -> int:
+    from node.cli.http_worker import run_http_worker  # noqa: PLC0415 (the server stack)
+
+    return run_http_worker(args)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from node.cli.diagnostic_settings import (
 from node.cli.lease_settings import add_lease_arguments, lease_limits
 from node.cli.secure_start import StartSecurity, add_security_arguments, start_security
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
+from node.cli.worker_settings import add_worker_arguments, http_workers
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
 from node.service.leases import LeaseLimits
@@ -107,6 +108,8 @@ class NodeConfig:
     max_body_bytes_in_flight: int = DEFAULT_MAX_BODY_BYTES_IN_FLIGHT
     max_watches_per_address: int = DEFAULT_MAX_WATCHES_PER_ADDRESS
     fair_share_busy: float = DEFAULT_FAIR_SHARE_BUSY
+    http_workers: int = 0
+    """HTTP worker processes serving reads (node/cli/worker_settings.py)."""
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     max_txn_result_bytes: int = DEFAULT_MAX_TXN_RESULT_BYTES
@@ -319,6 +322,7 @@ def _add_auth_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_http_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of the HTTP side: timeouts, connection and stream caps, metrics."""
     add = parser.add_argument
+    add_worker_arguments(parser)
     add(
         "--watch-keepalive",
         help="seconds an idle /v1/watch stream waits before a keep-alive line "
@@ -729,6 +733,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         fair_share_busy=_ratio(
             _value(args, env, "fair_share_busy"), "--fair-share-busy", DEFAULT_FAIR_SHARE_BUSY
         ),
+        http_workers=http_workers(_value(args, env, "http_workers")),
         max_txn_ops=max_txn_ops,
         max_page_bytes=max_page_bytes,
         max_txn_result_bytes=max_txn_result_bytes,

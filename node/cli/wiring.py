@@ -19,6 +19,7 @@ from node import metrics as node_metrics
 from node.audit.jobs import AuditExporter
 from node.audit.retention import RetentionPolicy
 from node.cli.common import rkv_version
+from node.cli.http_workers import HttpWorkers, WorkerSettings
 from node.cli.join import Discovery, Member, announce
 from node.cli.node_metrics import NodeCollector, NodeParts
 from node.cli.secure_start import auth_state_problem, insecure_warning
@@ -133,22 +134,13 @@ async def serve(
         )
         pruner = asyncio.create_task(prune_audit_exports(exporter))
         lease_sweeper = asyncio.create_task(leases.sweep())
-        limits = HttpLimits(
-            max_connections=config.max_connections,
-            max_per_address=config.max_connections_per_address,
-            read_timeout=config.http_read_timeout,
-            idle_timeout=config.http_idle_timeout,
-            max_watches=config.max_watches,
-            max_watches_per_address=config.max_watches_per_address,
-            max_body_bytes_in_flight=config.max_body_bytes_in_flight,
-            fair_share_busy=config.fair_share_busy,
-        )
+        workers = http_workers(config, service, auth, storage.store)
         http = HttpServer(
             service,
             config.http_host,
             config.http_port,
             audits,
-            limits,
+            http_limits(config),
             tls=config.tls.server,
             auth=auth,
             leases=leases,
@@ -162,8 +154,11 @@ async def serve(
                     lease_count=lambda: int(leases.status()["count"]),
                 )
             ),
+            workers=workers,
+            private_socket=None if workers is None else workers.socket_path,
+            worker_key="" if workers is None else workers.key,
         )
-        await http.start()
+        await start_http(http, workers)
         logger.info(
             "node %s: HTTP on %s, raft on %s%s",
             config.node_id,
@@ -180,7 +175,7 @@ async def serve(
             for task in (background, sweeper, pruner, lease_sweeper, joining, bootstrap):
                 if task is not None:
                     task.cancel()
-            await http.stop()
+            await stop_http(http, workers)
             service.close_held_snapshots()
     finally:
         await consensus.stop()
@@ -214,6 +209,62 @@ def lease_service(
     # A state install replaced the leases this node knew: each due a TTL from now.
     consensus.catch_up_listeners.append(lambda pulled: leases.load_clock())
     return leases
+
+
+async def start_http(http: HttpServer, workers: HttpWorkers | None) -> None:
+    """The workers first (they are ready when the port opens), then the port."""
+    if workers is not None:
+        workers.counts = http.counts
+        await workers.start()
+    await http.start()
+
+
+async def stop_http(http: HttpServer, workers: HttpWorkers | None) -> None:
+    """The workers first (what they forward to main is answered meanwhile)."""
+    if workers is not None:
+        await workers.stop()
+    await http.stop()
+
+
+def http_limits(config: NodeConfig) -> HttpLimits:
+    return HttpLimits(
+        max_connections=config.max_connections,
+        max_per_address=config.max_connections_per_address,
+        read_timeout=config.http_read_timeout,
+        idle_timeout=config.http_idle_timeout,
+        max_watches=config.max_watches,
+        max_watches_per_address=config.max_watches_per_address,
+        max_body_bytes_in_flight=config.max_body_bytes_in_flight,
+        fair_share_busy=config.fair_share_busy,
+    )
+
+
+def http_workers(
+    config: NodeConfig,
+    service: KvService,
+    auth: AuthService,
+    store: LmdbStore,
+) -> HttpWorkers | None:
+    """The HTTP worker processes of --http-workers (None for 0)."""
+    if config.http_workers == 0:
+        return None
+    settings = WorkerSettings(
+        node_id=config.node_id,
+        state_dir=store.path,
+        limits=http_limits(config),
+        max_value_bytes=config.storage.max_value_bytes,
+        max_page_bytes=config.max_page_bytes,
+        secret=config.secret,
+        token_ttl=config.auth.token_ttl,
+        awaiting_bootstrap=config.security.root_password is not None,
+        tls=config.tls.server,
+        metrics=config.metrics,
+        log_level=config.log_level,
+        log_format=config.diagnostics.log_format,
+    )
+    workers = HttpWorkers(config.http_workers, settings, service, auth, store)
+    service.http_workers = workers.status
+    return workers
 
 
 def auth_service(config: NodeConfig, consensus: RaftConsensus, store: LmdbStore) -> AuthService:

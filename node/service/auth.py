@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import os
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from node.errors import (
@@ -87,7 +88,11 @@ from node.state.auth_records import (
     user_key,
 )
 from node.state.results import CommandResult, ResultCode
-from node.storage.lmdb_store import LmdbStore
+from node.storage.lmdb_store import LmdbStore, ReadOnlyStore
+
+LoginCheck = Callable[[str, str, str], Awaitable[None]]
+"""(user, password, client address): returns when the login checks, else raises
+Unauthenticated or LimitReached."""
 
 MAX_CACHED_LOGINS = 10_000
 REFUSED_LOGIN_DELAY_SECONDS = 1.0
@@ -164,8 +169,8 @@ def _check_password(password: object) -> str:
 class AuthService:
     def __init__(
         self,
-        consensus: ConsensusLog,
-        store: LmdbStore,
+        consensus: ConsensusLog | None,
+        store: LmdbStore | ReadOnlyStore,
         secret: bytes | None,
         *,
         token_ttl: float = DEFAULT_TOKEN_TTL,
@@ -174,8 +179,13 @@ class AuthService:
         max_role_permissions: int = DEFAULT_MAX_ROLE_PERMISSIONS,
         failed_logins: FailedLogins | None = None,
         awaiting_bootstrap: bool = False,
+        verify_login: LoginCheck | None = None,
     ) -> None:
+        """``consensus`` None: authentication only (an HTTP worker); ``verify_login``:
+        who checks a Basic login this service has not verified yet (a worker asks its
+        node's main process, which keeps the node's failed-login counts)."""
         self._consensus = consensus
+        self._verify_login = verify_login
         self._awaiting_bootstrap = awaiting_bootstrap
         self._store = store
         self._signer = None if secret is None else TokenSigner(secret)
@@ -308,6 +318,12 @@ class AuthService:
             )
         return principal
 
+    async def check_login(self, user: str, password: str, address: str) -> None:
+        """A Basic login an HTTP worker has not verified yet (node/cli/http_workers.py):
+        checked here, against this process's failed-login counts. Raises
+        Unauthenticated or LimitReached."""
+        await self._login(user, password, address)
+
     def _login_key(self, user: str, password: str) -> bytes:
         message = user.encode() + b"\x00" + password.encode()
         return hmac.new(self._cache_key, message, hashlib.sha256).digest()
@@ -320,6 +336,13 @@ class AuthService:
             if principal is not None:
                 self._logins.move_to_end(key)
                 return principal
+        if self._verify_login is not None:
+            await self._verify_login(user, password, address)
+            principal = self._principal(user)
+            if principal is None:
+                raise Unauthenticated("wrong user name or password", code="invalid_credentials")
+            self._remember_login(key, user)
+            return principal
         try:
             self._failed.check(user, address)
         except LimitReached:
@@ -331,10 +354,13 @@ class AuthService:
         if principal is None:
             self._failed.failed(user, address)
             raise Unauthenticated("wrong user name or password", code="invalid_credentials")
+        self._remember_login(key, user)
+        return principal
+
+    def _remember_login(self, key: bytes, user: str) -> None:
         self._logins[key] = user
         while len(self._logins) > MAX_CACHED_LOGINS:
             self._logins.popitem(last=False)
-        return principal
 
     async def _verify(self, password: str, stored: str) -> bool:
         if self._hashing is None:
@@ -369,6 +395,8 @@ class AuthService:
     # -- management -----------------------------------------------------------------------
 
     async def _propose(self, change: AuthChange) -> dict[str, Any]:
+        if self._consensus is None:
+            raise Unavailable("this process serves reads only", code="read_only")
         result = await self._consensus.propose(change)
         if result.code is not ResultCode.OK:
             raise _auth_error(result)

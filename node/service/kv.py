@@ -165,6 +165,15 @@ def member_problem(node_id: Any, raft_address: Any, url: Any) -> str | None:
     return None
 
 
+def check_key(key: bytes) -> None:
+    """InvalidRequest for a key a client may not name (reserved, empty, too long)."""
+    if is_reserved(key):
+        raise InvalidRequest("keys starting with \\x00rkv/ are internal", code="reserved_key")
+    problem = key_length_problem(key)
+    if problem is not None:
+        raise InvalidRequest(problem, code="invalid_key")
+
+
 @dataclass(frozen=True, slots=True)
 class ScanPage:
     items: list[tuple[bytes, StoredValue]]
@@ -277,6 +286,8 @@ class KvService:
         self._max_txn_result_bytes = max_txn_result_bytes
         self._max_txn_bytes = max_txn_bytes
         self._read_wait_timeout = read_wait_timeout
+        self.http_workers: Callable[[], list[dict[str, Any]]] | None = None
+        """/v1/status ``http_workers`` (set by the wiring when --http-workers > 0)."""
 
     @property
     def max_value_bytes(self) -> int:
@@ -291,11 +302,7 @@ class KvService:
     # -- validation ---------------------------------------------------------------
 
     def check_key(self, key: bytes) -> None:
-        if is_reserved(key):
-            raise InvalidRequest("keys starting with \\x00rkv/ are internal", code="reserved_key")
-        problem = key_length_problem(key)
-        if problem is not None:
-            raise InvalidRequest(problem, code="invalid_key")
+        check_key(key)
 
     def check_value(self, value: bytes) -> None:
         if len(value) > self._max_value_bytes:
@@ -744,6 +751,8 @@ class KvService:
             status["security"] = self._security()
         if self._lease_status is not None:
             status["leases"] = self._lease_status()
+        if self.http_workers is not None:
+            status["http_workers"] = self.http_workers()
         return status
 
     # -- replicator checkpoints --------------------------------------------------------

@@ -545,6 +545,12 @@ class LmdbStore:
     def sync(self) -> None:
         self._env.sync(True)
 
+    def clear_stale_readers(self) -> int:
+        """Free the reader slots of processes that died (an HTTP worker killed while
+        reading would otherwise pin old pages until the node restarts)."""
+        cleared: int = self._env.reader_check()
+        return cleared
+
     def close(self) -> None:
         self._env.sync(True)
         self._env.close()
@@ -560,3 +566,94 @@ def lmdb_file_size(path: Path) -> int:
 
 def _read_u64(raw: bytes | None) -> int:
     return 0 if raw is None else int(_U64.unpack(raw)[0])
+
+
+_SWAP_WAIT_SECONDS = 2.0
+"""How long a read-only reader waits for the owner's swap of the files (a state install)
+to finish: the directory is missing for the moment between its two renames."""
+
+
+class ReadOnlyStore:
+    """Another process's view of a node's LMDB (the HTTP workers, node/cli/http_worker.py):
+    opened read-only, never written.
+
+    The owner may swap the whole directory for an installed state
+    (:meth:`LmdbStore.replace_with`) or grow the map: each :meth:`reader` first checks
+    that the data file is still the one it opened (else it reopens the new one) and
+    adopts a grown map, so a read transaction begun after the owner applied something
+    sees it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._env: lmdb.Environment | None = None
+        self._identity: tuple[int, int] | None = None
+        self._open()
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            stat = os.stat(self.path / "data.mdb")
+        except FileNotFoundError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def _open(self) -> None:
+        deadline = time.monotonic() + _SWAP_WAIT_SECONDS
+        identity = self._file_identity()
+        while identity is None:
+            if time.monotonic() >= deadline:
+                raise StoreError(f"no LMDB at {self.path}")
+            time.sleep(0.005)
+            identity = self._file_identity()
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        try:
+            env = lmdb.open(
+                str(self.path),
+                readonly=True,
+                create=False,
+                max_dbs=4,
+                readahead=False,
+                max_readers=256,
+            )
+            self._data = env.open_db(b"data", create=False)
+            self._meta = env.open_db(b"meta", create=False)
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open LMDB at {self.path} read-only: {exc}") from exc
+        self._env = env
+        self._identity = identity
+
+    def _begin(self) -> lmdb.Transaction:
+        if self._env is None or self._file_identity() != self._identity:
+            self._open()
+        assert self._env is not None
+        try:
+            return self._env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            self._env.set_mapsize(0)  # adopt the size the owner grew the map to
+            return self._env.begin(buffers=False)
+
+    @contextmanager
+    def reader(self) -> Iterator[ReadView]:
+        """A consistent snapshot of what the owner had committed when it began."""
+        txn = self._begin()
+        try:
+            yield ReadView(txn, self._data, self._meta)
+        finally:
+            txn.abort()
+
+    def get(self, key: bytes) -> StoredValue | None:
+        with self.reader() as view:
+            return view.get(key)
+
+    @property
+    def applied_offset(self) -> int:
+        """The owner's applied offset now, read from LMDB's meta (not a cached value)."""
+        with self.reader() as view:
+            return view.applied()[1]
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None

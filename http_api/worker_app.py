@@ -1,0 +1,158 @@
+"""An HTTP worker's app and server: the key-value reads served here, with main's
+middlewares, and every other request forwarded to main (http_api/forwarding.py).
+
+The worker accepts nothing itself: main passes it connections
+(http_api/dispatch.py) and :meth:`WorkerHttp.serve` serves each with the
+same counted handler main uses, reporting its end so that main's connection
+counts stay exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from http_api import routes_kv, routes_metrics
+from http_api.auth_api import AuthApi
+from http_api.authn import AUTH, authenticate
+from http_api.connections import (
+    LIMITS,
+    MAX_LINE_BYTES,
+    ConnectionCounts,
+    GuardedHandler,
+    HttpLimits,
+    request_bounds,
+    share_the_loop,
+)
+from http_api.errors import error_middleware
+from http_api.fair_share import SHARES, FairShare
+from http_api.forwarding import MainForwarder
+from http_api.kv_api import KvReads
+from http_api.request_id import add_request_id_header, request_id_middleware
+from http_api.server import SHUTDOWN_SECONDS
+
+WORKER_SERVICE: web.AppKey[KvReads] = web.AppKey("worker_service", KvReads)
+READ_ROUTES = frozenset({("GET", "/v1/kv/{key}"), ("GET", "/v1/kv")})
+"""(method, route template) a worker serves itself; every other request goes to main."""
+
+
+def build_worker_app(
+    service: KvReads,
+    forwarder: MainForwarder,
+    limits: HttpLimits,
+    auth: AuthApi | None,
+    *,
+    metrics: bool = True,
+) -> web.Application:
+    @web.middleware
+    async def forward_the_rest(request: web.Request, handler: Any) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        if resource is None or (request.method, resource.canonical) not in READ_ROUTES:
+            return await forwarder.forward(request)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app = web.Application(
+        middlewares=[
+            forward_the_rest,
+            request_id_middleware,
+            *([routes_metrics.count_requests] if metrics else []),
+            request_bounds,
+            share_the_loop,
+            error_middleware,
+            authenticate,
+        ],
+    )
+    app[WORKER_SERVICE] = service
+    app.on_response_prepare.append(add_request_id_header)
+    if auth is not None:
+        app[AUTH] = auth
+    app[LIMITS] = limits
+    app[SHARES] = FairShare(limits.fair_share_busy)
+
+    async def close_forwarder(app: web.Application) -> None:
+        await forwarder.close()
+
+    app.on_cleanup.append(close_forwarder)
+    routes_kv.add_routes(app, WORKER_SERVICE)
+    return app
+
+
+class _WorkerHandler(GuardedHandler):
+    """Main's handler, telling main when its connection ends."""
+
+    __slots__ = ("_on_end",)
+
+    def __init__(self, on_end: Callable[[str], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_end = on_end
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            self._on_end(self._address)
+
+
+class WorkerHttp:
+    """Serves the connections main hands over; ``on_end(address)`` when one ends."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        limits: HttpLimits,
+        on_end: Callable[[str], None],
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        handshake_timeout: float | None = None,
+    ) -> None:
+        self.counts = ConnectionCounts(limits)
+        self._handler_args: dict[str, Any] = {
+            "access_log": None,
+            "max_line_size": MAX_LINE_BYTES,
+            "max_field_size": MAX_LINE_BYTES,
+            "keepalive_timeout": limits.idle_timeout,
+        }
+        self._runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS, **self._handler_args
+        )
+        self.counts.shares = app[SHARES]
+        self._on_end = on_end
+        self._ssl_context = ssl_context
+        self._handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        await self._runner.setup()
+
+    async def serve(self, conn: socket.socket, address: str) -> None:
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+
+        def handler() -> GuardedHandler:
+            return _WorkerHandler(
+                self._on_end, self.counts, server, loop=loop, **self._handler_args
+            )
+
+        try:
+            if self._ssl_context is None:
+                await loop.connect_accepted_socket(handler, conn)
+            else:
+                await loop.connect_accepted_socket(
+                    handler,
+                    conn,
+                    ssl=self._ssl_context,
+                    ssl_handshake_timeout=self._handshake_timeout,
+                )
+        except (OSError, ssl.SSLError, TimeoutError):
+            # The handshake failed or timed out: no handler saw the connection.
+            conn.close()
+            self._on_end(address)
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()

@@ -653,6 +653,12 @@ class ReadOnlyStore:
         with self.reader() as view:
             return view.applied()[1]
 
+    @property
+    def applied_index(self) -> int:
+        """The owner's applied raft index now, read from LMDB's meta."""
+        with self.reader() as view:
+            return view.applied()[0]
+
     def close(self) -> None:
         if self._env is not None:
             self._env.close()

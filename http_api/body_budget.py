@@ -8,7 +8,9 @@ from one budget for the node and keeps it until its answer is written. A
 request that cannot get its share within ``wait`` seconds (half of
 ``--http-read-timeout``, the time a body being read has to arrive) is answered
 503 ``overloaded`` (Retry-After), before its body is read; GETs and empty
-bodies reserve nothing.
+bodies reserve nothing. A bulk load (POST /v1/kv:load) reads its body a line at
+a time, so its length is not refused: it reserves the body limit, about what its
+chunks in flight hold.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ class BodyBudget:
         self.held = 0
         self._freed = asyncio.Condition()
 
-    def share(self, request: web.Request) -> int:
-        """What ``request`` reserves: its declared length, the body limit if chunked."""
+    def share(self, request: web.Request, declared: int | None) -> int:
+        """What ``request`` reserves: its ``declared`` length, the body limit if chunked
+        (or streamed)."""
         if not request.body_exists:
             return 0
-        return min(request.content_length or self.body_limit, self.body_limit)
+        return min(declared or self.body_limit, self.body_limit)
 
     async def reserve(self, size: int) -> None:
         """Wait for ``size`` bytes of the budget; Overloaded after ``wait`` seconds."""
@@ -71,6 +74,10 @@ async def hold_body_bytes(request: web.Request, handler: Handler) -> web.StreamR
     """Reserve the request's body bytes for as long as it is being served."""
     budget = request.app.get(BUDGET)
     declared = request.content_length
+    if getattr(request.match_info.handler, "streams_body", False):
+        # A streamed body (a bulk load) is read a line at a time, whatever its length:
+        # it holds a bounded share (chunked, as if it were at the body limit).
+        declared = None
     if budget is not None and declared is not None and declared > budget.body_limit:
         # Refused on its declared length, before a byte of it is read.
         too_large = PayloadTooLarge(
@@ -78,7 +85,7 @@ async def hold_body_bytes(request: web.Request, handler: Handler) -> web.StreamR
         )
         too_large.close_connection = True  # its body is left unread
         raise too_large
-    size = 0 if budget is None else budget.share(request)
+    size = 0 if budget is None else budget.share(request, declared)
     if budget is None or size == 0:
         return await handler(request)
     await budget.reserve(size)

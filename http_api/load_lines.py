@@ -48,14 +48,15 @@ async def body_lines(
             break
         lines = (rest + block).split(b"\n") if rest else block.split(b"\n")
         rest = lines.pop()
-        if len(rest) > max_line:
-            _too_long(done + len(lines) + 1, max_line)
         if lines:
             if max(map(len, lines)) > max_line:
                 longest = next(i for i, line in enumerate(lines) if len(line) > max_line)
+                yield lines[:longest]  # the lines before it are loaded first
                 _too_long(done + longest + 1, max_line)
             done += len(lines)
             yield lines
+        if len(rest) > max_line:
+            _too_long(done + 1, max_line)
     if rest:
         yield [rest]
 

@@ -38,7 +38,7 @@ from http_api.kv_api import KvApi
 from http_api.load_lines import LineError, body_lines, line_parser
 from http_api.permissions import require_write
 from http_api.streaming import write_or_give_up
-from node.errors import RequestError
+from node.errors import InvalidRequest, RequestError
 from node.service.load_limits import max_line_bytes
 from node.state.results import CommandResult
 
@@ -116,6 +116,8 @@ class _Load:
             bad, number = error, error.line - 1
         except RequestError as error:  # the body stopped arriving or cannot be read
             bad = LineError(number + 1, error)
+        if number == 0 and bad is None:
+            raise InvalidRequest("the body is empty: a load needs JSON Lines of key and value")
         if keys and self.failed is None:
             # With a bad line, the lines before it are committed before it is answered.
             await self._propose(keys, values, number)

@@ -6,7 +6,7 @@ are, with the ``encoding`` the file uses (base64 or utf-8). Lines go in
 blocks of about :data:`BLOCK_BYTES` as they are read, so neither the client
 nor the node holds the whole input.
 
-The answer is NDJSON progress (docs/API.md, "Bulk load"): :class:`LoadTally`
+The answer is NDJSON progress (docs/BULK_LOAD.md): :class:`LoadTally`
 turns each line into a :class:`LoadProgress` counted from the start of the
 input (lines skipped by a resume included), and into :class:`LoadInterrupted`
 when the load stopped: its ``progress.lines`` is exactly how many lines of the

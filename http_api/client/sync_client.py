@@ -383,7 +383,7 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
         encoding: str = "base64",
         progress: Callable[[LoadProgress], None] | None = None,
     ) -> LoadProgress:
-        """Bulk load (POST /v1/kv:load, docs/API.md "Bulk load"): ``source`` is an
+        """Bulk load (POST /v1/kv:load, docs/BULK_LOAD.md): ``source`` is an
         iterable of (key, value) pairs, or the path of a JSON Lines file whose keys and
         values are in ``encoding`` (base64 or utf-8). The first ``skip`` pairs or lines
         are not sent (a resume). ``progress`` is called after each committed chunk.

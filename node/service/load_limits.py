@@ -1,4 +1,4 @@
-"""The bounds of a bulk load (POST /v1/kv:load, docs/API.md "Bulk load").
+"""The bounds of a bulk load (POST /v1/kv:load, docs/BULK_LOAD.md).
 
 A load streams lines; the node holds at most one chunk being filled and
 ``chunks_in_flight`` chunks proposed and not yet answered, each at most

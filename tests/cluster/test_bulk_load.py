@@ -149,6 +149,18 @@ def test_a_line_over_the_limit_is_refused_without_reading_it_whole(kv: LocalClus
     assert len(stored(kv, "long/", error["version"])) == 2
 
 
+def test_a_body_longer_than_the_body_limit_streams(kv: LocalCluster) -> None:
+    """Any other request over 16 MiB is refused on its Content-Length; a load reads its
+    body a line at a time and holds only its chunks, so its length is no limit."""
+    value = "v" * MAX_VALUE
+    body = b"".join(line(f"huge/{i:06d}", value) for i in range(4300))  # ~17.7 MB
+    assert len(body) > 16 * 1024 * 1024
+    status, progress = load(kv.leader().url, body)
+    assert status == 200 and progress[-1]["loaded"] == 4300
+    assert len(stored(kv, "huge/", progress[-1]["version"])) == 4300
+    assert http("PUT", f"{kv.leader().url}/v1/kv/x", body, headers={}).status == 413
+
+
 def test_a_load_needs_a_body(kv: LocalCluster) -> None:
     leader = kv.leader()
     assert http("POST", f"{leader.url}/v1/kv:load", None, headers={}).status == 400

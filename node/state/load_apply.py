@@ -51,12 +51,14 @@ def decide_load(writer: EntryWriter, load: Load, max_value_bytes: int) -> Comman
         return refusal
     pending = writer.pending
     records = writer.records
-    get = writer.view.get
+    # The state before this command; a key earlier in the entry (or in this load) is
+    # in pending, which comes first.
+    stored = writer.view.get_many(load.keys)
     raft_index, timestamp_ms = writer.raft_index, writer.timestamp_ms
     offset = writer.offset
     put_op = RecordOp.PUT
-    for key, value in zip(load.keys, load.values, strict=True):
-        current = pending[key] if key in pending else get(key)
+    for key, value, before in zip(load.keys, load.values, stored, strict=True):
+        current = pending.get(key, before)
         create = offset if current is None else current.create_version
         pending[key] = StoredValue(offset, create, value)
         records.append(Record(offset, raft_index, timestamp_ms, put_op, key, value, create))

@@ -173,6 +173,16 @@ class ReadView:
         raw = self._txn.get(stored_key, db=self._data)
         return None if raw is None else _decode_value(cast(bytes, raw))
 
+    def get_many(self, keys: Sequence[bytes]) -> list[StoredValue | None]:
+        """:meth:`get` of each key, in order (one loop: a bulk load's chunk)."""
+        get, data = self._txn.get, self._data
+        found: list[StoredValue | None] = []
+        append = found.append
+        for key in keys:
+            raw = get(key if len(key) <= LMDB_KEY_LIMIT else lmdb_key(key), db=data)
+            append(None if raw is None else _decode_value(cast(bytes, raw)))
+        return found
+
     def scan(
         self,
         prefix: bytes = b"",

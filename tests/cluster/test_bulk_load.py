@@ -123,14 +123,16 @@ def test_a_bad_line_answers_400_naming_it_with_the_lines_before_committed(
 
 def test_a_bad_line_after_progress_is_the_streams_last_line(kv: LocalCluster) -> None:
     leader = kv.leader()
-    body = [*lines("bad2/", 1199), line("\x00rkv/members/x", "v"), *lines("bad2/", 10, 2000)]
+    # More chunks than --load-chunks-in-flight (4) before it: progress is sent first.
+    bad = line("\x00rkv/members/x", "v")
+    body = [*lines("bad2/", 2999), bad, *lines("bad2/", 10, 5000)]
     status, progress = load(leader.url, b"".join(body))
-    assert status == 200  # chunks were committed and reported before the bad line came
+    assert status == 200
     last = progress[-1]
-    assert last["error"]["code"] == "reserved_key" and last["error"]["line"] == 1200
-    assert (last["loaded"], last["lines"]) == (1199, 1199)
+    assert last["error"]["code"] == "reserved_key" and last["error"]["line"] == 3000
+    assert (last["loaded"], last["lines"]) == (2999, 2999)
     assert not any(p.get("done") for p in progress)
-    assert len(stored(kv, "bad2/", last["version"])) == 1199
+    assert len(stored(kv, "bad2/", last["version"])) == 2999
 
 
 def test_a_line_over_the_limit_is_refused_without_reading_it_whole(kv: LocalCluster) -> None:

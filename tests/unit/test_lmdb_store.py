@@ -85,5 +85,10 @@ def test_many_puts_in_one_write_land_whatever_their_order(tmp_path: Path) -> Non
         store.write(deleting, 3, 400)  # a delete among them: the per-change path
         assert store.get(b"k004") is None and store.get(b"k007") == StoredValue(400, 400, b"c")
         assert store.applied_index == 3 and store.applied_offset == 400
+        long_key = b"L" * (LMDB_KEY_LIMIT + 10)
+        store.write([(long_key, StoredValue(500, 500, b"long"))], 4, 500)
+        with store.reader() as view:
+            found = view.get_many([b"k007", b"absent", long_key, b"k004"])
+        assert found == [StoredValue(400, 400, b"c"), None, StoredValue(500, 500, b"long"), None]
     finally:
         storage.close()

@@ -128,6 +128,7 @@ class _Load:
 
     async def _propose(self, keys: list[bytes], values: list[bytes], end_line: int) -> None:
         task = asyncio.ensure_future(self.kv.load(keys, values))
+        task.add_done_callback(_retrieve)  # a chunk left behind (the client went away)
         self.in_flight.append(_Chunk(task, len(keys), end_line))
         while len(self.in_flight) >= self.limits.chunks_in_flight:
             await self._settle_oldest()
@@ -173,10 +174,12 @@ class _Load:
             response = web.Response(
                 body=orjson.dumps(body), status=status, content_type="application/json"
             )
-            if failed.error.close_connection:
-                response.force_close()
+            if failed.error.close_connection or not self.request.content.at_eof():
+                response.force_close()  # where the next request would start is unknown
             return response
         await self._send({"error": body, **totals.fields()})
+        if not self.request.content.at_eof():
+            self.response.force_close()
         await self.response.write_eof()
         return self.response
 
@@ -186,6 +189,12 @@ class _Load:
             await self.response.prepare(self.request)
         data = orjson.dumps(item) + b"\n"
         await write_or_give_up(self.request, self.response, data, self.stall_timeout)
+
+
+def _retrieve(task: asyncio.Task[CommandResult]) -> None:
+    """Mark a chunk's outcome as seen: nobody waits for it once a load has stopped."""
+    if not task.cancelled():
+        task.exception()
 
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:

@@ -12,6 +12,8 @@ import asyncio
 import base64
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from http_api.client import (
     LoadProgress,
     RkvClient,
 )
-from tests.support.cluster import LocalCluster, http, scan_all
+from tests.support.cluster import LocalCluster, http, scan_all, wait_until
 
 RKV = Path(sys.executable).with_name("rkv")
 CHUNK = 500
@@ -223,6 +225,13 @@ def rkv(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
+def version_in(summary: str) -> int:
+    """The version `rkv load` ends its summary with (reads wait until it is applied)."""
+    match = re.search(r"; version (\d+)", summary)
+    assert match, summary
+    return int(match.group(1))
+
+
 def test_rkv_load_stops_at_a_bad_line_and_resumes(kv: LocalCluster, tmp_path: Path) -> None:
     source = tmp_path / "data.jsonl"
     good = lines("cli/", 3000)
@@ -241,11 +250,46 @@ def test_rkv_load_stops_at_a_bad_line_and_resumes(kv: LocalCluster, tmp_path: Pa
     assert second.returncode == 0, second.stderr
     assert "1,501 keys loaded" in second.stderr and "1,499 lines skipped" in second.stderr
     assert not state.exists()
-    found = stored(kv, "cli/", 0)
+    found = stored(kv, "cli/", version_in(second.stderr))
     assert len(found) == 3000 and found[b"cli/001499"] == b"value-1499"
 
     missing = rkv("load", str(tmp_path / "none.jsonl"), url=url)
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_rkv_load_interrupted_resumes_the_rest(kv: LocalCluster, tmp_path: Path) -> None:
+    source = tmp_path / "big.jsonl"
+    source.write_bytes(b"".join(lines("int/", 60_000)))
+    state = source.with_name("big.jsonl.rkv-load")
+    leader = kv.leader()
+    index = kv.nodes.index(leader)
+    environment = {k: v for k, v in os.environ.items() if k != "RKV_URL"}
+    running = subprocess.Popen(
+        [str(RKV), "load", str(source), "--url", leader.url],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        wait_until(state.exists, 60, "the first committed chunk in the state file")
+        kv.pause(index)  # the load can go no further: interrupt it there
+        running.send_signal(signal.SIGINT)
+        _, stderr = running.communicate(timeout=60)
+    finally:
+        kv.resume(index)
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    committed = json.loads(state.read_text())["committed"]
+    assert 0 < committed < 60_000 and committed % CHUNK == 0
+
+    urls = ",".join(node.url for node in kv.nodes)
+    rest = rkv("load", str(source), "--resume", url=urls)
+    assert rest.returncode == 0, rest.stderr
+    assert f"{60_000 - committed:,} keys loaded" in rest.stderr  # nothing counted twice
+    assert f"{committed:,} lines skipped" in rest.stderr
+    assert len(stored(kv, "int/", version_in(rest.stderr))) == 60_000
 
 
 def test_rkv_load_reads_csv(kv: LocalCluster, tmp_path: Path) -> None:
@@ -256,7 +300,7 @@ def test_rkv_load_reads_csv(kv: LocalCluster, tmp_path: Path) -> None:
     done = rkv("load", str(source), url=kv.leader().url)
     assert done.returncode == 0, done.stderr
     assert "1,501 keys loaded" in done.stderr
-    found = stored(kv, "csv/", 0)
+    found = stored(kv, "csv/", version_in(done.stderr))
     assert len(found) == 1501
     assert found[b"csv/quoted"] == b'a, "b" and a\nnewline'
     assert found[b"csv/01499"] == b"v1499"

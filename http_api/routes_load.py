@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 
 from http_api.authn import principal_of
+from http_api.body_budget import STREAMED_BODY_SHARE
 from http_api.connections import LIMITS
 from http_api.encoding import encoding_param, raw_query
 from http_api.errors import error_body
@@ -201,5 +202,10 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def load(request: web.Request) -> web.StreamResponse:
         return await _Load(request, request.app[service_key]).run()
 
-    load.streams_body = True  # type: ignore[attr-defined]  # http_api/body_budget.py
+    def held(request: web.Request) -> int:
+        """The most bytes of keys and values a load holds: its chunks."""
+        limits = request.app[service_key].load_limits
+        return (limits.chunks_in_flight + 1) * limits.chunk_bytes
+
+    setattr(load, STREAMED_BODY_SHARE, held)
     app.router.add_route("POST", LOAD_PATH, load)

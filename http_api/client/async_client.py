@@ -8,6 +8,7 @@ It belongs to the event loop that first used it. Close it (or use
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace, TracebackType
@@ -27,6 +28,7 @@ from http_api.client.bulk_load import (
     source_lines,
 )
 from http_api.client.credentials import Credentials
+from http_api.client.errors import RkvClientError
 from http_api.client.lease_model import FencingLike, HasLeaseId
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.observing import MAX_LINE
@@ -352,6 +354,9 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         if encoding not in ("base64", "utf-8"):
             raise ValueError(f"encoding must be base64 or utf-8, not {encoding!r}")
         target = LOAD_PATH + ("?encoding=utf-8" if encoding == "utf-8" else "")
+        if self.leader_url is None:
+            with contextlib.suppress(RkvClientError):
+                await self.status()  # find the leader: a follower would forward each chunk
         url = self.leader_url or self.nodes[0]
         lines = source_lines(source, skip)
         if lines is None:

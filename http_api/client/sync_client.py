@@ -7,6 +7,7 @@ Not safe to share between threads. Close it (or use ``with``).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 from http_api.client.auth_methods import _SyncAuthMethods
 from http_api.client.bulk_load import LOAD_PATH, LoadProgress, LoadSource, LoadTally, source_lines
 from http_api.client.credentials import Credentials
-from http_api.client.errors import ClusterUnreachableError
+from http_api.client.errors import ClusterUnreachableError, RkvClientError
 from http_api.client.lease_methods import _SyncLeaseMethods
 from http_api.client.lease_model import FencingLike, HasLeaseId, Lease
 from http_api.client.lease_plans import _LeasePlans
@@ -409,6 +410,11 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
         query = "?encoding=utf-8" if encoding == "utf-8" else ""
         if encoding not in ("base64", "utf-8"):
             raise ValueError(f"encoding must be base64 or utf-8, not {encoding!r}")
+        if self.leader_url is None:
+            # A follower would parse the load and forward every chunk to the leader
+            # through raft: one status call finds the leader first.
+            with contextlib.suppress(RkvClientError):
+                self.status()
         nodes = self.nodes
         if self.leader_url in nodes:
             nodes.remove(self.leader_url)

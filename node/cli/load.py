@@ -205,6 +205,12 @@ def _load(client: RkvClient, args: argparse.Namespace) -> int:
     kind = args.format or ("csv" if path.suffix.lower() == ".csv" else "jsonl")
     state = state_path(args)
     skip = read_state(state, path) if args.resume else 0
+    if not args.resume and state.exists() and not args.quiet:
+        print(
+            f"rkv load: {state} records an earlier load; loading from the start "
+            "(--resume skips what it records)",
+            file=sys.stderr,
+        )
     if kind == "csv":
         header = not args.no_header and _has_header(path)
         total = max(0, count_lines(path) - header)

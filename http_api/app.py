@@ -13,6 +13,7 @@ from http_api import (
     routes_health,
     routes_kv,
     routes_leases,
+    routes_load,
     routes_locks,
     routes_log,
     routes_metrics,
@@ -95,6 +96,7 @@ def build_app(
         STREAMS_OPEN.set_function(lambda: streams.open)
     routes_kv.add_routes(app, SERVICE)
     routes_writes.add_routes(app, SERVICE)
+    routes_load.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
     routes_health.add_routes(app, SERVICE)
     routes_log.add_routes(app, SERVICE)

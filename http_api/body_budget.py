@@ -8,7 +8,9 @@ from one budget for the node and keeps it until its answer is written. A
 request that cannot get its share within ``wait`` seconds (half of
 ``--http-read-timeout``, the time a body being read has to arrive) is answered
 503 ``overloaded`` (Retry-After), before its body is read; GETs and empty
-bodies reserve nothing.
+bodies reserve nothing. A bulk load (POST /v1/kv:load) reads its body a line at
+a time, so its length is not refused: it reserves what its chunks may hold,
+(--load-chunks-in-flight + 1) x --max-entry-bytes (:data:`STREAMED_BODY_SHARE`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class BodyBudget:
 
 
 BUDGET: web.AppKey[BodyBudget] = web.AppKey("body_budget", BodyBudget)
+STREAMED_BODY_SHARE = "streamed_body_share"
+"""A handler with this attribute reads its body as a stream: the attribute, called
+with the request, says how many bytes it holds at most (reserved instead of the
+body's length, which is then no limit)."""
 
 
 @web.middleware
@@ -71,14 +77,24 @@ async def hold_body_bytes(request: web.Request, handler: Handler) -> web.StreamR
     """Reserve the request's body bytes for as long as it is being served."""
     budget = request.app.get(BUDGET)
     declared = request.content_length
-    if budget is not None and declared is not None and declared > budget.body_limit:
-        # Refused on its declared length, before a byte of it is read.
-        too_large = PayloadTooLarge(
-            f"the body is {declared} bytes; this node reads at most {budget.body_limit}"
-        )
-        too_large.close_connection = True  # its body is left unread
-        raise too_large
-    size = 0 if budget is None else budget.share(request)
+    streamed: Callable[[web.Request], int] | None = getattr(
+        request.match_info.handler, STREAMED_BODY_SHARE, None
+    )
+    if streamed is not None and request.body_exists:
+        # A streamed body (a bulk load) is read a line at a time, whatever its length:
+        # it holds what the handler says it may hold at most.
+        if budget is None:
+            return await handler(request)
+        size = streamed(request)
+    else:
+        if budget is not None and declared is not None and declared > budget.body_limit:
+            # Refused on its declared length, before a byte of it is read.
+            too_large = PayloadTooLarge(
+                f"the body is {declared} bytes; this node reads at most {budget.body_limit}"
+            )
+            too_large.close_connection = True  # its body is left unread
+            raise too_large
+        size = 0 if budget is None else budget.share(request)
     if budget is None or size == 0:
         return await handler(request)
     await budget.reserve(size)

@@ -81,9 +81,14 @@ def json_response(body: dict[str, Any], status: int = 200, **headers: str) -> we
     )
 
 
-def error_response(error: RequestError, path_qs: str) -> web.Response:
+def error_body(error: RequestError) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body ``error`` answers (without headers or redirects)."""
     status = next(s for kind, s in STATUS_BY_ERROR if isinstance(error, kind))
-    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    return status, {"code": error.code, "message": error.message}
+
+
+def error_response(error: RequestError, path_qs: str) -> web.Response:
+    status, body = error_body(error)
     headers: dict[str, str] = {}
     if isinstance(error, VersionConflict):
         body["current_version"] = error.current_version

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from node.service.kv import Consistency, ScanPage
 from node.service.lease_types import Fence
+from node.service.load_limits import LoadLimits
 from node.service.readiness import Readiness
 from node.service.types import CompactionResult, Record, StoredValue
 from node.state.commands import Command, Txn
@@ -104,6 +105,13 @@ class KvApi(KvReads, Protocol):
     async def txn(
         self, txn: Txn, producer: ProducerTag | None = None, *, fence: Fence | None = None
     ) -> CommandResult: ...
+
+    @property
+    def load_limits(self) -> LoadLimits: ...
+
+    async def load(self, keys: list[bytes], values: list[bytes]) -> CommandResult:
+        """One chunk of a bulk load, as one command (its pairs checked already)."""
+        ...
 
     async def init_producer(self, transactional_id: str | None) -> CommandResult: ...
 

@@ -20,6 +20,7 @@ from http_api.openapi_auth import SECURITY_SCHEMES, auth_paths, secure
 from http_api.openapi_health import health_paths
 from http_api.openapi_kv import kv_paths
 from http_api.openapi_leases import lease_paths
+from http_api.openapi_load import load_paths
 from http_api.openapi_locks import lock_paths
 from http_api.openapi_metrics import metrics_paths
 from http_api.openapi_node import node_paths
@@ -41,6 +42,7 @@ def openapi_document() -> dict[str, Any]:
         "paths": secure(
             {
                 **kv_paths(),
+                **load_paths(),
                 **lease_paths(),
                 **lock_paths(),
                 **node_paths(),

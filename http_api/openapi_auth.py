@@ -285,6 +285,7 @@ _NEED_TEXT = {
     "permission at or above it covers it)",
     Need.TXN: "compares and gets: read, puts and deletes: write, incr and append: "
     "readwrite, on every key of both branches",
+    Need.WRITE_EACH_KEY: "write on each line's key",
     Need.ADMIN: "admin",
 }
 

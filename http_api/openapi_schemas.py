@@ -22,6 +22,24 @@ _OTHER_WRITE = (
 )
 
 
+LOAD_ERROR_FIELDS: dict[str, Any] = {
+    "line": {"type": "integer", "minimum": 1, "description": "A bulk load: the line that failed."},
+    "loaded": {"type": "integer", "minimum": 0, "description": "A bulk load: pairs committed."},
+    "lines": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "A bulk load: lines of the body committed (blank ones included); "
+        "skip this many when sending it again.",
+    },
+    "version": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "A bulk load: the offset of the last put committed (0: none).",
+    },
+}
+"""The fields a bulk load's error adds (POST /v1/kv:load, http_api/routes_load.py)."""
+
+
 def _object(required: list[str], properties: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": properties, **more}
 
@@ -291,6 +309,7 @@ def schemas() -> dict[str, Any]:
                     "description": "fenced, lock_held: the lock holder's fencing token "
                     "(null: nobody holds it)",
                 },
+                **LOAD_ERROR_FIELDS,
             },
         ),
         "ScanPage": {

@@ -12,6 +12,8 @@ checked.
   answer the value they make, so they need both);
 - ``read`` on the prefix of a scan or a watch: a prefix permission at or above
   it (a key permission does not cover a prefix);
+- ``write on each key``: a bulk load (POST /v1/kv:load), checked line by line
+  once each is parsed (:func:`require_write`);
 - ``txn``: checked per op once the body is parsed (:func:`authorize_txn`):
   compares and gets need read, puts and deletes write, incr and append
   readwrite, on each key of BOTH branches (either may run). A replicator's
@@ -51,6 +53,7 @@ class Need(enum.Enum):
     READ_LOCK = "read on the lock"
     WRITE_LOCK = "write on the lock"
     TXN = "per op"
+    WRITE_EACH_KEY = "write on each key"
     ADMIN = "admin"
 
 
@@ -77,6 +80,7 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", "/v1/kv"): Need.READ_PREFIX,
     ("GET", "/v1/watch"): Need.READ_PREFIX,
     ("POST", "/v1/txn"): Need.TXN,
+    ("POST", "/v1/kv:load"): Need.WRITE_EACH_KEY,
     ("POST", "/v1/producers"): Need.AUTHENTICATED,
     # leases (the service checks who owns one), locks and elections
     ("POST", "/v1/leases"): Need.AUTHENTICATED,
@@ -145,8 +149,8 @@ def _require_key(principal: Principal, key: bytes, kind: PermissionKind) -> None
 
 def authorize(need: Need, principal: Principal, request: web.Request) -> None:
     """Raise PermissionDenied unless ``principal`` may make this request (TXN is checked
-    later, by :func:`authorize_txn`)."""
-    if need in (Need.OPEN, Need.AUTHENTICATED, Need.TXN):
+    later, by :func:`authorize_txn`; WRITE_EACH_KEY line by line, by :func:`require_write`)."""
+    if need in (Need.OPEN, Need.AUTHENTICATED, Need.TXN, Need.WRITE_EACH_KEY):
         return
     if need is Need.ADMIN:
         if not principal.admin:
@@ -167,6 +171,11 @@ def authorize(need: Need, principal: Principal, request: web.Request) -> None:
         Need.READWRITE_KEY: PermissionKind.READWRITE,
     }[need]
     _require_key(principal, key_from_path(request), kind)
+
+
+def require_write(principal: Principal, key: bytes) -> None:
+    """A bulk load's line: ``write`` on its key."""
+    _require_key(principal, key, PermissionKind.WRITE)
 
 
 def _op_kind(op: TxnOp) -> PermissionKind:

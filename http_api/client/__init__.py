@@ -45,6 +45,12 @@ lost meanwhile sets ``lost`` and leaving the block raises :class:`LeaseLost` /
 ``revoke``, ``lock_acquire``, ``campaign``, ``observe``...):
 :mod:`http_api.client.lease_methods`.
 
+Bulk load (POST /v1/kv:load): ``client.load(pairs or path, skip=N,
+progress=callback)`` streams (key, value) pairs or a JSON Lines file and returns
+a :class:`LoadProgress`; a load that stops raises :class:`LoadInterrupted`,
+whose ``progress.lines`` is what to pass as ``skip`` to resume
+(:mod:`http_api.client.bulk_load`, ``sync_load``).
+
 Neither client is safe to share between threads; the async one belongs to the
 event loop that first used it. Close them (or use ``with`` / ``async with``).
 
@@ -65,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from http_api.client.async_locks import AsyncElection, AsyncHeldLock, AsyncKeptLease
 from http_api.client.auth_model import AuthStatus, Permission, Role, User
+from http_api.client.bulk_load import LoadInterrupted, LoadProgress
 from http_api.client.credentials import Credentials
 from http_api.client.elections import Election
 from http_api.client.errors import (
@@ -152,6 +159,8 @@ __all__ = [
     "LeaseInfo",
     "LeaseLost",
     "LeaseNotFoundError",
+    "LoadInterrupted",
+    "LoadProgress",
     "LockHeldError",
     "LockHolder",
     "LockInfo",

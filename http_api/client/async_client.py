@@ -8,8 +8,9 @@ It belongs to the event loop that first used it. Close it (or use
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace, TracebackType
 from typing import Any, TypeVar, cast
 
@@ -18,13 +19,23 @@ from yarl import URL
 
 from http_api.client.async_lease_methods import _AsyncLeaseMethods
 from http_api.client.auth_methods import _AsyncAuthMethods
+from http_api.client.bulk_load import (
+    LOAD_PATH,
+    LoadProgress,
+    LoadSource,
+    LoadTally,
+    blocks,
+    source_lines,
+)
 from http_api.client.credentials import Credentials
+from http_api.client.errors import RkvClientError
 from http_api.client.lease_model import FencingLike, HasLeaseId
 from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.observing import MAX_LINE
 from http_api.client.operations import _BaseClient, _Write
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
 from http_api.client.rules import IDLE_RECONNECT
+from http_api.client.sync_load import MIN_READ_TIMEOUT
 from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
 
 T = TypeVar("T")
@@ -113,6 +124,48 @@ class _AsyncTransport:
                 response.close()
             return _Reply(response.status, headers, body), _no_lines()
         return _Reply(200, headers, b""), _lines(response)
+
+    async def load(
+        self,
+        url: str,
+        target: str,
+        *,
+        lines: Iterator[bytes],
+        tally: LoadTally,
+        progress: Callable[[LoadProgress], None] | None,
+        timeout: float,
+    ) -> LoadProgress:
+        """A bulk load's request: the body streamed from ``lines`` while the progress
+        lines are read (aiohttp writes the body in a task of its own)."""
+
+        async def body() -> AsyncIterator[bytes]:
+            for block in blocks(lines):
+                yield block
+
+        client_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=timeout, sock_read=max(timeout, MIN_READ_TIMEOUT)
+        )
+        try:
+            async with self._get_session().post(
+                URL(url + target, encoded=True),
+                data=body(),
+                headers={"Content-Type": "application/x-ndjson", **self._auth},
+                timeout=client_timeout,
+                allow_redirects=False,
+            ) as response:
+                if response.status != 200:
+                    headers = {name.lower(): value for name, value in response.headers.items()}
+                    answer = await response.content.read(MAX_LINE)
+                    raise tally.refused(_Reply(response.status, headers, answer), url)
+                while line := await response.content.readline():
+                    counted = tally.feed(line, url)
+                    if progress is not None:
+                        progress(counted)
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise tally.broken(exc, url) from exc
+        if not tally.done:
+            raise tally.broken(EOFError("the answer ended before the load did"), url)
+        return tally.progress
 
     async def close(self) -> None:
         if self._session is not None:
@@ -287,6 +340,35 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         self, url: str | None = None, *, timeout: float | None = None
     ) -> dict[str, Any]:
         return await self._run(self._core.status(url, timeout))
+
+    async def load(
+        self,
+        source: LoadSource,
+        *,
+        skip: int = 0,
+        encoding: str = "base64",
+        progress: Callable[[LoadProgress], None] | None = None,
+    ) -> LoadProgress:
+        """Bulk load, as :meth:`http_api.client.RkvClient.load` (a file source is read
+        on the event loop's thread, a block at a time)."""
+        if encoding not in ("base64", "utf-8"):
+            raise ValueError(f"encoding must be base64 or utf-8, not {encoding!r}")
+        target = LOAD_PATH + ("?encoding=utf-8" if encoding == "utf-8" else "")
+        if self.leader_url is None:
+            with contextlib.suppress(RkvClientError):
+                await self.status()  # find the leader: a follower would forward each chunk
+        url = self.leader_url or self.nodes[0]
+        lines = source_lines(source, skip)
+        if lines is None:
+            return LoadProgress(0, skip, 0)
+        return await self._transport.load(
+            url,
+            target,
+            lines=lines,
+            tally=LoadTally(skip),
+            progress=progress,
+            timeout=self._core.timeout,
+        )
 
     async def close(self) -> None:
         await self._transport.close()

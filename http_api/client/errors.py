@@ -36,6 +36,9 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     │   └── TlsError              tls_failed: the TLS handshake failed (an unknown CA, a
     │                             host name the certificate does not name, TLS spoken to a
     │                             plain-HTTP port); not retried
+    ├── LoadInterrupted           a bulk load stopped (http_api.client.bulk_load): .cause (the
+    │                             error above it stands for), .progress (what is committed:
+    │                             .lines to skip to resume), .line (the line that failed)
     └── LeaseLost                 raised by the client itself on leaving ``with
         │                         client.lease(...)``: the lease ended or could not be
         │                         kept alive for its TTL while the block ran; .lease_id

@@ -7,6 +7,7 @@ Not safe to share between threads. Close it (or use ``with``).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
@@ -18,7 +19,9 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from http_api.client.auth_methods import _SyncAuthMethods
+from http_api.client.bulk_load import LOAD_PATH, LoadProgress, LoadSource, LoadTally, source_lines
 from http_api.client.credentials import Credentials
+from http_api.client.errors import ClusterUnreachableError, RkvClientError
 from http_api.client.lease_methods import _SyncLeaseMethods
 from http_api.client.lease_model import FencingLike, HasLeaseId, Lease
 from http_api.client.lease_plans import _LeasePlans
@@ -27,6 +30,7 @@ from http_api.client.observing import MAX_LINE
 from http_api.client.operations import _BaseClient
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore
 from http_api.client.rules import IDLE_RECONNECT, RetryPolicy
+from http_api.client.sync_load import run_load
 from http_api.client.sync_producer import Producer
 from http_api.client.wire import _Failure, _Outcome, _Plan, _Reply, _Send, _Sleep
 
@@ -80,6 +84,15 @@ class _SyncTransport:
         self._pool: dict[str, _Pooled] = {}
         self._ssl = credentials.ssl_context()  # read once: the files are not read per call
         self._auth = credentials.headers()
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The headers that present the client's credentials."""
+        return self._auth
+
+    def connect(self, base: str, timeout: float) -> _Pooled:
+        """A new connection of its own to ``base`` (a bulk load streams on it)."""
+        return self._connect(base, timeout)
 
     def _connect(self, base: str, timeout: float) -> _Pooled:
         """A new connection to ``base`` (raises before anything is sent)."""
@@ -362,6 +375,59 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
     def status(self, url: str | None = None, *, timeout: float | None = None) -> dict[str, Any]:
         """GET /v1/status of ``url``, or of the first node that answers."""
         return self._run(self._core.status(url, timeout))
+
+    def load(
+        self,
+        source: LoadSource,
+        *,
+        skip: int = 0,
+        encoding: str = "base64",
+        progress: Callable[[LoadProgress], None] | None = None,
+    ) -> LoadProgress:
+        """Bulk load (POST /v1/kv:load, docs/BULK_LOAD.md): ``source`` is an
+        iterable of (key, value) pairs, or the path of a JSON Lines file whose keys and
+        values are in ``encoding`` (base64 or utf-8). The first ``skip`` pairs or lines
+        are not sent (a resume). ``progress`` is called after each committed chunk.
+        Returns the totals once everything is committed; raises
+        :class:`LoadInterrupted` (``.progress.lines``: what to skip to resume)."""
+        lines = source_lines(source, skip)
+        if lines is None:
+            return LoadProgress(0, skip, 0)
+        target, url, conn = self._load_connection(encoding)
+        return run_load(
+            conn,
+            target,
+            url,
+            headers=self._transport.auth,
+            lines=lines,
+            tally=LoadTally(skip),
+            progress=progress,
+        )
+
+    def _load_connection(self, encoding: str) -> tuple[str, str, http.client.HTTPConnection]:
+        """A new connection to the leader if known (a follower forwards the chunks to it
+        through raft), else to the first node that accepts one."""
+        query = "?encoding=utf-8" if encoding == "utf-8" else ""
+        if encoding not in ("base64", "utf-8"):
+            raise ValueError(f"encoding must be base64 or utf-8, not {encoding!r}")
+        if self.leader_url is None:
+            # A follower would parse the load and forward every chunk to the leader
+            # through raft: one status call finds the leader first.
+            with contextlib.suppress(RkvClientError):
+                self.status()
+        nodes = self.nodes
+        if self.leader_url in nodes:
+            nodes.remove(self.leader_url)
+            nodes.insert(0, self.leader_url)
+        failure: BaseException | None = None
+        for base in nodes:
+            try:
+                pooled = self._transport.connect(base, self._core.timeout)
+            except (OSError, http.client.HTTPException) as exc:
+                failure = exc
+                continue
+            return pooled.prefix + LOAD_PATH + query, base, pooled.conn
+        raise ClusterUnreachableError(f"no node accepted a connection: {failure!r}")
 
     def close(self) -> None:
         self._transport.close()

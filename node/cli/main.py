@@ -22,6 +22,7 @@ from node.cli import (
     cluster,
     elect,
     lease,
+    load,
     lock,
     redis,
     role,
@@ -35,6 +36,7 @@ from node.errors import RkvError
 FAMILIES = (
     serve,
     client,
+    load,
     cluster,
     auth,
     user,

@@ -22,12 +22,14 @@ from node.cli.diagnostic_settings import (
     diagnostic_settings,
 )
 from node.cli.lease_settings import add_lease_arguments, lease_limits
+from node.cli.load_settings import add_load_arguments, load_limits
 from node.cli.secure_start import StartSecurity, add_security_arguments, start_security
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
 from node.cli.worker_settings import add_worker_arguments, http_workers
 from node.errors import ConfigError
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, member_id_problem
 from node.service.leases import LeaseLimits
+from node.service.load_limits import LoadLimits
 from node.service.login_limits import DEFAULT_PER_ADDRESS, DEFAULT_PER_USER
 from node.state.auth_records import (
     DEFAULT_MAX_ROLE_PERMISSIONS,
@@ -133,6 +135,8 @@ class NodeConfig:
     """--max-leases, --max-lease-ttl... (node/cli/lease_settings.py)."""
     diagnostics: DiagnosticSettings = field(default_factory=DiagnosticSettings)
     """--log-format, --ready-min-free-bytes (node/cli/diagnostic_settings.py)."""
+    load: LoadLimits = field(default_factory=LoadLimits)
+    """--load-chunk-keys, --load-chunks-in-flight (node/cli/load_settings.py)."""
 
     @property
     def audit_path(self) -> Path:
@@ -163,6 +167,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add("--secret-file", help="file holding the cluster secret (RKV_SECRET_FILE)")
     add_tls_arguments(parser)
     add_lease_arguments(parser)
+    add_load_arguments(parser)
     add_diagnostic_arguments(parser)
     add_security_arguments(parser)
     add(
@@ -751,6 +756,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         auth=_auth_settings(args, env),
         leases=lease_limits(lambda name: _value(args, env, name), _positive_int, _positive_float),
         diagnostics=diagnostic_settings(lambda name: _value(args, env, name)),
+        load=load_limits(lambda name: _value(args, env, name), _positive_int, max_entry_bytes),
         security=start_security(
             http_host,
             tls.server is not None,

@@ -125,6 +125,7 @@ async def serve(
             data_paths=(config.data_dir,),
             min_free_bytes=config.diagnostics.ready_min_free_bytes,
             version=rkv_version(),
+            load_limits=config.load,
         )
         sweeper = asyncio.create_task(
             sweep_producers(service, min(3600.0, max(1.0, config.producer_expiry_seconds / 4)))

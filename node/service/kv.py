@@ -46,6 +46,7 @@ from node.errors import (
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved, key_length_problem
 from node.service.lease_types import Fence
+from node.service.load_limits import LoadLimits
 from node.service.pace import Pace
 from node.service.readiness import DEFAULT_MIN_FREE_BYTES, Readiness, disk_problem, run_checks
 from node.service.txn_reads import returns_over
@@ -70,6 +71,7 @@ from node.state.commands import (
 )
 from node.state.lease_commands import LeasedPut, TtlPut
 from node.state.leases import DEFAULT_MAX_LEASE_TTL, DEFAULT_MAX_LEASES
+from node.state.load_command import Load
 from node.state.producers import (
     DEFAULT_EXPIRY_MS,
     DEFAULT_MAX_PRODUCERS,
@@ -259,7 +261,9 @@ class KvService:
         data_paths: tuple[Path, ...] = (),
         min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
         version: str = "unknown",
+        load_limits: LoadLimits | None = None,
     ) -> None:
+        self._load_limits = load_limits or LoadLimits()
         self._data_paths = data_paths
         self._min_free_bytes = min_free_bytes
         self._version = version
@@ -298,6 +302,11 @@ class KvService:
         """Most compares and ops a transaction may hold here (at most the state machine's
         MAX_TXN_OPS, which every replica applies the same)."""
         return self._max_txn_ops
+
+    @property
+    def load_limits(self) -> LoadLimits:
+        """The bounds of a bulk load's chunks (node/service/load_limits.py)."""
+        return self._load_limits
 
     # -- validation ---------------------------------------------------------------
 
@@ -443,6 +452,15 @@ class KvService:
             command = FencedWrite(fence.name, fence.token, command)
         wrapped: Command = command if producer is None else Produced(*producer, command)
         result = await self._consensus.propose(wrapped)
+        if result.code is ResultCode.OK:
+            return result
+        raise result_error(result)
+
+    async def load(self, keys: list[bytes], values: list[bytes]) -> CommandResult:
+        """Put ``values[i]`` at ``keys[i]``, all in one command (a bulk load's chunk,
+        node/state/load_command.py), every pair already checked as a put's. The
+        result's version is the offset of the last put."""
+        result = await self._consensus.propose(Load(keys, values))
         if result.code is ResultCode.OK:
             return result
         raise result_error(result)

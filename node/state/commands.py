@@ -22,6 +22,7 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_AUDIT_CUT, audit_id, [split_point, ...]]
             | [TAG_AUTH, op, name, role, password_hash, [role, ...], permission | nil, limit]
                                                                              (format 3)
+            | [TAG_LOAD, [key, ...], [value, ...]]                           (format 5)
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
             | [4, key, by] (incr) | [5, key, suffix] (append)
@@ -94,6 +95,8 @@ so a cluster in a rolling upgrade keeps working until a newer form is used:
   guarded by a lock's fencing token (:class:`Fenced`, tag 23:
   ``[TAG_FENCED, lock name, token, command]``) and a txn put op attached to a
   lease (``[6, key, value, lease_id]``).
+- 5: :class:`Load` (tag 24, node/state/load_command.py): a bulk load chunk,
+  many plain puts as one command (POST /v1/kv:load).
 
 A node refuses an entry of a format above :data:`FORMAT_VERSION`
 (:class:`UnsupportedEntryVersion`) and stalls on it instead of skipping it,
@@ -121,9 +124,10 @@ from node.state.lease_commands import (
     is_lease_command,
 )
 from node.state.leases import lock_name_problem
+from node.state.load_command import TAG_LOAD, Load, decode_load, encode_load, load_bytes
 from node.storage.key_order import LONG_KEY_PREFIX
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The newest entry format this node reads and writes (the module docstring lists them)."""
 
 TAG_PUT = 1
@@ -161,6 +165,8 @@ the same limit, like ``max_value_bytes``."""
 def payload_bytes(command: object) -> int:
     """About how many bytes ``command`` takes in an entry: its keys, values and texts,
     and a few bytes per field (what bounds an entry's size, raft/proposer.py)."""
+    if type(command) is Load:
+        return load_bytes(command)
     if isinstance(command, bytes | str):
         return len(command)
     if isinstance(command, tuple):
@@ -407,6 +413,7 @@ Command = (
     | AuthChange
     | LeaseCommand
     | Fenced
+    | Load
 )
 
 
@@ -531,6 +538,8 @@ def _encode_command(command: Command) -> list[Any]:
         return encode_auth(command, TAG_AUTH)
     if isinstance(command, Fenced):
         return _encode_fenced(command)
+    if isinstance(command, Load):
+        return encode_load(command)
     if not isinstance(command, Barrier):
         return encode_lease_command(command)
     return [TAG_BARRIER]
@@ -576,6 +585,8 @@ def encode_entry(batch: Batch) -> bytes:
 
 def _format_of(batch: Batch) -> int:
     """The lowest format that holds every command of ``batch``."""
+    if any(type(command) is Load for command in batch.commands):
+        return 5
     if any(_needs_format_4(command) for command in batch.commands):
         return 4
     if any(isinstance(command, AuthChange) for command in batch.commands):
@@ -767,6 +778,8 @@ def _decode_command(raw: Any) -> Command:
         return decode_auth(raw)
     if tag == TAG_FENCED and len(raw) == 4:
         return _decode_fenced(raw)
+    if tag == TAG_LOAD and len(raw) == 3:
+        return decode_load(raw)
     if is_lease_command(raw):
         return decode_lease_command(raw)
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")

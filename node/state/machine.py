@@ -72,6 +72,8 @@ from node.state.deciders import (
 from node.state.entry_writer import EntryWriter, LeaseEvents
 from node.state.lease_apply import decide_lease, fence_refusal
 from node.state.lease_commands import LeaseCommand
+from node.state.load_apply import decide_load
+from node.state.load_command import Load
 from node.state.producer_apply import decide_expire, decide_init, decide_produced
 from node.state.producers import ProducerState
 from node.state.results import CommandResult, ResultCode, results_size
@@ -342,6 +344,8 @@ class StateMachine:
     def _decide_other(self, writer: EntryWriter, command: Command) -> CommandResult:
         if isinstance(command, Barrier):
             return CommandResult(ResultCode.OK, version=writer.offset - 1)
+        if isinstance(command, Load):
+            return decide_load(writer, command, self._max_value_bytes)
         if isinstance(command, Txn):
             return decide_txn(writer, command, self._max_value_bytes)
         if isinstance(command, Incr | Append):

@@ -31,7 +31,7 @@ from node.keyspace import MAX_KEY_BYTES
 from node.storage import segment_swap
 from node.storage.config import FsyncPolicy, StorageConfig
 from node.storage.datadir import fsync_directory
-from node.storage.record import Record, encode_record, max_record_bytes
+from node.storage.record import Record, encode_entry_records, max_record_bytes
 from node.storage.segment import LOG_SUFFIX, Segment
 
 logger = logging.getLogger(__name__)
@@ -165,16 +165,7 @@ class CommitLog:
         the head, in one write; the last one carries the end-of-entry flag."""
         if not records:
             return
-        expected = self.next_offset
-        encoded: list[tuple[int, bytes]] = []
-        last = len(records) - 1
-        for i, record in enumerate(records):
-            if record.offset < expected:
-                raise ValueError(
-                    f"record offset {record.offset} is not above the log head ({expected - 1})"
-                )
-            expected = record.offset + 1
-            encoded.append((record.offset, encode_record(record, last_of_entry=i == last)))
+        encoded = encode_entry_records(records, self.next_offset - 1)
         if self.active.size >= self._config.segment_bytes:
             self.roll()
         self.active.append(encoded)

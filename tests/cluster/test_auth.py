@@ -118,6 +118,8 @@ def operations(node: NodeProcess) -> list[tuple[str, str, dict[str, Any]]]:
 def body_for(method: str, path: str) -> Any:
     if path == "/v1/txn":
         return {"success": [{"op": "put", "key": base64.b64encode(b"x").decode(), "value": ""}]}
+    if path == "/v1/kv:load":
+        return b'{"key": "eA==", "value": ""}\n'  # the key x
     return {} if method in ("POST", "PUT") else None
 
 
@@ -207,6 +209,28 @@ def test_a_prefix_permission_allows_inside_and_refuses_outside(secured: LocalClu
     assert call(leader, "POST", "/v1/txn", compare_outside, alice).status == 403
     for key in ("app/c", "other/y", "other/x"):
         assert call(leader, "GET", f"/v1/kv/{key}", None, ROOT).status == 404, key
+
+
+def test_a_bulk_load_needs_write_on_each_key(secured: LocalCluster) -> None:
+    follower = secured.followers()[0]
+    alice = basic("alice", "alice-pw")
+    lines = [{"key": f"app/load/{i}", "value": str(i)} for i in range(4)]
+    lines.append({"key": "other/load", "value": "x"})
+    lines.append({"key": "app/load/after", "value": "y"})
+    body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    response = call(follower, "POST", "/v1/kv:load?encoding=utf-8", body, alice)
+    assert response.status == 403, response.body
+    answer = response.json()
+    assert answer["code"] == "permission_denied" and answer["line"] == 5
+    assert "alice needs write on key 'other/load'" in answer["message"]
+    assert (answer["loaded"], answer["lines"]) == (4, 4)  # the lines before it are committed
+    leader = secured.leader()
+    query = f"consistency=stale&min_version={answer['version']}"
+    assert call(leader, "GET", f"/v1/kv/app/load/3?{query}", None, ROOT).body == b"3"
+    for key in ("other/load", "app/load/after"):
+        assert call(leader, "GET", f"/v1/kv/{key}?{query}", None, ROOT).status == 404, key
+    bob = basic("bob", "bob-pw")
+    assert call(follower, "POST", "/v1/kv:load?encoding=utf-8", body, bob).status == 403
 
 
 def watch_status(node: NodeProcess, prefix: str, headers: dict[str, str]) -> int:

@@ -251,3 +251,27 @@ def test_request_bodies_in_flight_are_bounded_in_bytes(capped: LocalCluster) -> 
     third = http("PUT", f"{leader.url}/v1/kv/budget-third", b"z" * 100_000, timeout=30)
     assert third.status == 200, third.body
     assert http("GET", f"{leader.url}/v1/kv/budget-second").status == 404
+
+
+def test_a_bulk_load_holds_its_chunks_share_whatever_its_length(capped: LocalCluster) -> None:
+    leader = capped.leader()
+    host, port = _address(leader.url)
+    # A load announces 1 GiB: not refused on its length (it is read a line at a time),
+    # it reserves what its chunks may hold: here all of the node's budget.
+    holder = HTTPConnection(host, port, timeout=30)
+    holder.putrequest("POST", "/v1/kv:load?encoding=utf-8")
+    holder.putheader("Content-Length", str(1 << 30))
+    holder.endheaders(b'{"key": "budget-load/1", "value": "v"}\n')
+    time.sleep(0.3)
+    try:
+        second = http("PUT", f"{leader.url}/v1/kv/budget-load-second", b"y" * 100_000, timeout=30)
+        assert second.status == 503 and second.json()["code"] == "overloaded", second.body
+        answer = holder.getresponse()  # the rest never came: 408, what came is committed
+        assert answer.status == 408
+        error = json.loads(answer.read())
+        assert (error["code"], error["line"], error["loaded"]) == ("request_timeout", 2, 1)
+    finally:
+        holder.close()
+    third = http("PUT", f"{leader.url}/v1/kv/budget-load-third", b"z" * 100_000, timeout=30)
+    assert third.status == 200, third.body
+    assert http("GET", f"{leader.url}/v1/kv/budget-load/1").body == b"v"

@@ -8,7 +8,7 @@ import pytest
 from node.errors import CorruptLogError
 from node.storage.commit_log import CommitLog
 from node.storage.config import StorageConfig
-from node.storage.record import PREFIX, Record, RecordOp, encode_record
+from node.storage.record import PREFIX, Record, RecordOp, encode_entry_records, encode_record
 
 
 def make_records(offsets: list[int], value_size: int = 40) -> list[Record]:
@@ -237,3 +237,18 @@ def test_readers_see_whole_batches_only(tmp_path: Path, small_config: StorageCon
     log.append(make_records([3]))
     assert [r.offset for r in reader] == [2]  # the reader's segment size was fixed at start
     assert offsets_from(log, 1) == [1, 2, 3]
+
+
+def test_an_entrys_records_encode_as_each_record_alone() -> None:
+    records = [
+        Record(
+            10 + i, 3, 1_700_000_000_000, op, b"k%d" % i, b"v" * i if op is RecordOp.PUT else b"", 7
+        )
+        for i, op in enumerate([RecordOp.PUT, RecordOp.DELETE, RecordOp.PUT])
+    ]
+    expected = [(r.offset, encode_record(r, last_of_entry=i == 2)) for i, r in enumerate(records)]
+    assert encode_entry_records(records, 9) == expected
+    with pytest.raises(ValueError, match="not above the log head"):
+        encode_entry_records(records, 10)
+    with pytest.raises(ValueError, match="not above the log head"):
+        encode_entry_records([records[1], records[0]], 0)

@@ -9,7 +9,7 @@ from node.state.commands import Batch, Put, encode_entry
 from node.storage.config import StorageConfig
 from node.storage.datadir import STATE_DIR
 from node.storage.key_order import LMDB_KEY_LIMIT
-from node.storage.lmdb_store import LmdbStore
+from node.storage.lmdb_store import LmdbStore, StoredValue
 from node.storage.recovery import open_storage
 from tests.support.state import machine_of
 
@@ -63,3 +63,32 @@ def test_long_keys_store_scan_and_replay(tmp_path: Path) -> None:
     rebuilt = open_storage(tmp_path, StorageConfig())
     assert sorted(scan_all(rebuilt.store, b"", 1000)) == sorted(keys)
     rebuilt.close()
+
+
+def test_many_puts_in_one_write_land_whatever_their_order(tmp_path: Path) -> None:
+    """A write of many short-key puts goes through putmulti with MDB_APPEND, and puts
+    everything again the ordinary way when a key is not above every key stored."""
+    storage = open_storage(tmp_path / "node", StorageConfig())
+    try:
+        store = storage.store
+        first = [(b"k%03d" % i, StoredValue(i, i, b"a%d" % i)) for i in range(0, 100, 2)]
+        store.write(first, 1, 100)  # ascending, above everything: appended
+        mixed = [
+            (b"k%03d" % i, StoredValue(200 + i, i if i % 2 == 0 else 200 + i, b"b%d" % i))
+            for i in (99, 3, 50, 1, 98, 0)
+        ]
+        store.write(mixed, 2, 300)  # unordered, new keys between old ones, updates
+        for key, stored in mixed:
+            assert store.get(key) == stored
+        assert store.get(b"k002") == StoredValue(2, 2, b"a2")
+        deleting = [(b"k004", None), (b"k%03d" % 7, StoredValue(400, 400, b"c"))]
+        store.write(deleting, 3, 400)  # a delete among them: the per-change path
+        assert store.get(b"k004") is None and store.get(b"k007") == StoredValue(400, 400, b"c")
+        assert store.applied_index == 3 and store.applied_offset == 400
+        long_key = b"L" * (LMDB_KEY_LIMIT + 10)
+        store.write([(long_key, StoredValue(500, 500, b"long"))], 4, 500)
+        with store.reader() as view:
+            found = view.get_many([b"k007", b"absent", long_key, b"k004"])
+        assert found == [StoredValue(400, 400, b"c"), None, StoredValue(500, 500, b"long"), None]
+    finally:
+        storage.close()

@@ -35,6 +35,7 @@ from node.errors import InvalidRequest
 from node.keyspace import DEFAULT_MAX_VALUE_BYTES, member_id_problem
 from node.service.kv import Consistency, ScanPage, member_problem
 from node.service.lease_types import Fence
+from node.service.load_limits import LoadLimits
 from node.service.readiness import Readiness
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
@@ -104,6 +105,13 @@ class NoService:
         *,
         fence: Fence | None = None,
     ) -> CommandResult:
+        raise NotImplementedError
+
+    @property
+    def load_limits(self) -> LoadLimits:
+        return LoadLimits()
+
+    async def load(self, keys: list[bytes], values: list[bytes]) -> CommandResult:
         raise NotImplementedError
 
     async def txn(

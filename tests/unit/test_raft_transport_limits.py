@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import zlib
 from collections.abc import Callable
 
@@ -91,3 +92,12 @@ def test_a_large_incompressible_message_is_sent_stored_and_still_reads_back() ->
     assert len(deflate(noise)) > len(noise)  # stored: not worth zlib's time
     assert len(deflate(text)) < len(text) // 10  # compressed as before
     assert deflate(small) == zlib.compress(small, 3)  # small messages as pysyncobj
+
+
+def test_pysyncobj_pickles_what_it_sends_with_protocol_4() -> None:
+    entry = (bytes(range(128, 256)) * 100, 7, 3)
+    pickled = pysyncobj_pickle.dumps(entry)
+    assert pickled[:2] == b"\x80\x04"  # protocol 4: bytes stored as they are
+    assert len(pickled) < len(entry[0]) + 64
+    assert pysyncobj_pickle.loads(pickled) == entry
+    assert pysyncobj_pickle.loads(pickle.dumps(entry, 2)) == entry  # older peers' entries

@@ -167,3 +167,22 @@ def test_log_format_and_the_readiness_free_space_bound() -> None:
         parse([*BASE, "--ready-min-free-bytes", "-1"], SECRET)
     with pytest.raises(ConfigError, match="--ready-min-free-bytes must be a whole number"):
         parse([*BASE, "--ready-min-free-bytes", "\u00b2"], SECRET)
+
+
+def test_bulk_load_limits() -> None:
+    config = parse([*BASE], SECRET)
+    assert (config.load.chunk_keys, config.load.chunks_in_flight) == (20_000, 4)
+    assert config.load.chunk_bytes == config.raft.max_entry_bytes  # a chunk is one entry
+    config = parse(
+        [*BASE, "--load-chunk-keys", "500", "--max-entry-bytes", str(8 << 20)],
+        {**SECRET, "RKV_LOAD_CHUNKS_IN_FLIGHT": "1"},
+    )
+    assert (config.load.chunk_keys, config.load.chunk_bytes) == (500, 8 << 20)
+    assert config.load.chunks_in_flight == 1
+    for argv, problem in (
+        (["--load-chunk-keys", "0"], "--load-chunk-keys"),
+        (["--load-chunk-keys", "1000001"], "at most 1000000"),
+        (["--load-chunks-in-flight", "17"], "at most 16"),
+    ):
+        with pytest.raises(ConfigError, match=problem):
+            parse([*BASE, *argv], SECRET)

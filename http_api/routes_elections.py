@@ -45,7 +45,7 @@ from node.service.lease_types import LockHolder
 
 logger = logging.getLogger(__name__)
 
-ELECTION_PATH = "/v1/elections/{name:.+}"
+ELECTION_PATH = r"/v1/elections/{name:[\s\S]+}"
 NDJSON = "application/x-ndjson"
 KEEPALIVE_LINE = b"{}\n"
 

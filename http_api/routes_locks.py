@@ -26,7 +26,7 @@ from http_api.lease_json import acquired_json, holder_json
 from http_api.long_poll import while_client_waits
 from node.service.lease_types import LockHolder
 
-LOCK_PATH = "/v1/locks/{name:.+}"
+LOCK_PATH = r"/v1/locks/{name:[\s\S]+}"
 
 
 def lock_name_of(request: web.Request) -> str:

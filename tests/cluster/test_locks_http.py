@@ -207,3 +207,15 @@ def test_observers_count_as_watches(leader: NodeProcess) -> None:
     finally:
         for stream in streams:
             stream.close()
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE", "GET"])
+@pytest.mark.parametrize("kind", ["locks", "elections"])
+def test_a_name_with_line_breaks_is_refused_as_a_name(
+    leader: NodeProcess, method: str, kind: str
+) -> None:
+    """Control characters and line breaks in the name reach the name check (400) instead
+    of missing the route (404): the schemathesis fuzz sent a DELETE of one."""
+    got = http(method, f"{leader.url}/v1/{kind}/a%0Ab%0Dc%C2%85d%0Be%E2%80%A8h%0D%0Ai")
+    assert got.status == 400, got.body
+    assert got.json()["code"] == "invalid_lock_name", got.body

@@ -2,6 +2,7 @@
 
     python -m bench.chaos [--duration 300] [--nemesis all|kill,pause,...] [--seed N]
                           [--workers 6] [--keys 5] [--lock-clients 4] [--out bench/results]
+                          [--node-arg=--http-workers=2 ...]
 
 Starts a 3-node cluster of real processes whose raft links go through a TCP
 proxy (tests/chaos/rig/netfault.py, so partitions need no root), runs
@@ -52,6 +53,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keys", type=int, default=5)
     parser.add_argument("--lock-clients", type=int, default=4, help="0: no lock workload")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--node-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra flag for every node, repeatable (--node-arg=--http-workers=2)",
+    )
     args = parser.parse_args(argv)
     known = NEMESES + LOCK_NEMESES if args.lock_clients > 0 else NEMESES
     names = list(known) if args.nemesis == "all" else args.nemesis.split(",")
@@ -71,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="rkv-chaos-"))
-    cluster = ProxiedCluster(scratch / "cluster")
+    cluster = ProxiedCluster(scratch / "cluster", extra_args=list(args.node_arg))
     try:
         progress(f"starting a proxied 3-node cluster in {scratch}")
         cluster.start(60)
@@ -89,7 +97,11 @@ def main(argv: list[str] | None = None) -> None:
         result.history.dump(str(args.out / "history.jsonl"))
         if result.lock_workload is not None:
             result.lock_workload.dump(args.out / "lock_history.jsonl")
-        meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "nemeses": ",".join(args.nemeses)}
+        meta = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "nemeses": ",".join(args.nemeses),
+            "node_args": " ".join(args.node_arg),
+        }
         (args.out / "chaos.json").write_text(
             json.dumps({"meta": meta, **result.to_dict()}, indent=1)
         )

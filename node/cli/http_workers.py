@@ -185,9 +185,16 @@ class HttpWorkers:
     # -- life -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Spawn the workers and return at once: until a worker is ready, main serves
+        every connection itself (the dispatcher hands only to ready workers), so the
+        port opens as fast as without workers (a restarted node is not refusing
+        connections while its workers import)."""
         for worker in self._workers:
             self._spawn(worker)
         self._run(self._push_stalled())
+        self._run(self._warn_if_not_ready())
+
+    async def _warn_if_not_ready(self) -> None:
         deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
         while not all(w.ready for w in self._workers):
             if asyncio.get_running_loop().time() >= deadline:
@@ -198,7 +205,7 @@ class HttpWorkers:
                     READY_TIMEOUT,
                 )
                 return
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)
 
     def _run(self, work: Any) -> None:
         task = asyncio.create_task(work)

@@ -213,7 +213,7 @@ def lease_service(
 
 
 async def start_http(http: HttpServer, workers: HttpWorkers | None) -> None:
-    """The workers first (they are ready when the port opens), then the port."""
+    """Spawn the workers, then open the port at once (main serves until one is ready)."""
     if workers is not None:
         workers.counts = http.counts
         await workers.start()

@@ -38,13 +38,19 @@ CAMPAIGNS = [
         4,
         id="locks-kill-pause-partition",
     ),
+    # Reads served by HTTP worker processes (their read-only LMDB reopened after a
+    # wipe's state install) and followers' linearizable reads by read index.
+    pytest.param(["kill", "pause", "wipe", "partition"], 15, 0, id="workers-kill-pause-wipe"),
 ]
 
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProxiedCluster]:
     secured = request.node.callspec.id.startswith("tls-auth")
-    running = ProxiedCluster(tmp_path / "cluster", tls=ClusterTls() if secured else None)
+    workers = ["--http-workers", "2"] if request.node.callspec.id.startswith("workers") else []
+    running = ProxiedCluster(
+        tmp_path / "cluster", tls=ClusterTls() if secured else None, extra_args=workers
+    )
     try:
         running.start(60)
         yield running

@@ -42,6 +42,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def connect(node: NodeProcess, context: ssl.SSLContext | None = None) -> HTTPConnection:
+    """A connection to ``node`` once its workers are ready (before, main keeps it)."""
+    worker_connections(node)
     host, port = "127.0.0.1", node.http_port
     if context is not None:
         return HTTPSConnection(host, port, timeout=15, context=context)
@@ -61,10 +63,17 @@ def request(
 
 
 def worker_connections(node: NodeProcess, headers: dict[str, str] | None = None) -> int:
-    answer = http("GET", node.url + "/v1/status", headers=headers or node.headers)
-    assert answer.status == 200, answer.body[:300]
-    workers = answer.json()["http_workers"]
-    assert len(workers) == 2 and all(w["ready"] for w in workers), workers
+    """Connections the node's workers hold, once both are ready (a node opens its port
+    before its workers are: main serves everything until then)."""
+    workers: list[dict[str, Any]] = []
+
+    def ready() -> bool:
+        answer = http("GET", node.url + "/v1/status", headers=headers or node.headers)
+        assert answer.status == 200, answer.body[:300]
+        workers[:] = answer.json()["http_workers"]
+        return len(workers) == 2 and all(w["ready"] for w in workers)
+
+    wait_until(ready, timeout=30, what="both HTTP workers ready")
     return sum(int(w["connections"]) for w in workers)
 
 

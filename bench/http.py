@@ -1,7 +1,7 @@
 """HTTP benchmark (not a test): rkv's REST API against a 3-member etcd and a trivial server.
 
     python -m bench.http [--duration 10] [--connections 64] [--sweep 1,64,256] [--quick]
-                         [--out bench/results] [--skip-rkv] [--skip-etcd_grpc]
+                         [--out bench/results] [--skip-rkv] [--skip-rkv_workers] [--skip-etcd_grpc]
                          [--skip-rkv_secure] [--skip-etcd] [--skip-trivial]
                          [--generator wrk|python]
 
@@ -10,6 +10,8 @@ order, rkv and etcd's gRPC client back to back:
 
 - ``rkv``: ``rkv up`` (3 nodes), loaded with wrk over HTTP (installed with apt-get when
   missing; an aiohttp closed-loop generator otherwise, marked ``python*``);
+- ``rkv_workers``: the same with ``--http-workers 2`` on every node (RKV_HTTP_WORKERS),
+  started once every node's workers are ready;
 - ``etcd_grpc``: etcd from Debian's etcd-server (3 members, its own fsync defaults),
   loaded through its native gRPC API by bench/etcd_load, a Go program on clientv3 that
   bench/etcd_native.py builds offline from Debian's golang-go and golang-etcd-server-dev
@@ -22,7 +24,7 @@ order, rkv and etcd's gRPC client back to back:
 Workloads, each on random keys among ``--keys`` (10,000; PREFIX%06d, preloaded first)
 with 100-byte values: ``put`` (PUT to the leader), ``get_linearizable`` (GET to the
 leader, linearizable) and ``get_stale`` (GET on one follower, stale; etcd: serializable).
-rkv and etcd_grpc run each at every ``--sweep`` connection count (1, 64, 256: N clients
+rkv, rkv_workers and etcd_grpc run each at every ``--sweep`` connection count (1, 64, 256: N clients
 over N connections, one request in flight each); the references at ``--connections``
 and PUT at 1. Every server listens on 127.0.0.1 only and is stopped by PID on exit,
 Ctrl-C or error.
@@ -80,7 +82,7 @@ from bench.http_compare import WORKLOADS  # noqa: E402
 from bench.loadgen import Load, Result, preload, run_python  # noqa: E402
 from bench.procs import Processes, interrupt_on_signals  # noqa: E402
 from bench.support import BenchError, progress  # noqa: E402
-from bench.systems import ETCD_GRPC, RKV, STARTERS, SYSTEMS, System  # noqa: E402
+from bench.systems import ETCD_GRPC, RKV, RKV_WORKERS, STARTERS, SYSTEMS, System  # noqa: E402
 from bench.wrk_runner import find_wrk, run_wrk, wrk_version  # noqa: E402
 
 Runner = Callable[[Load], Result]
@@ -99,7 +101,7 @@ class Settings:
     keep_data: bool
 
 
-SWEPT = (RKV, ETCD_GRPC)  # the systems run at every --sweep connection count
+SWEPT = (RKV, RKV_WORKERS, ETCD_GRPC)  # the systems run at every --sweep connection count
 
 
 def loads_for(system: System, settings: Settings) -> list[Load]:

@@ -22,10 +22,21 @@ from bench.http_compare import (
     secure_targets,
 )
 from bench.loadgen import Result
-from bench.systems import ETCD, ETCD_GRPC, LABELS, RKV, RKV_SECURE, SYSTEMS, TRIVIAL
+from bench.systems import (
+    ETCD,
+    ETCD_GRPC,
+    LABELS,
+    RKV,
+    RKV_SECURE,
+    RKV_WORKERS,
+    SYSTEMS,
+    TRIVIAL,
+    WORKERS,
+)
 
 COLORS = {
     RKV: "#2a6fb5",
+    RKV_WORKERS: "#1f4e80",
     ETCD_GRPC: "#b5452a",
     RKV_SECURE: "#7fa8d6",
     ETCD: "#e07b39",
@@ -53,6 +64,13 @@ SECTIONS = (
         "rkv_vs_etcd_grpc",
         "rkv against etcd's gRPC client (clientv3): issue 19's targets",
         RKV,
+        ETCD_GRPC,
+        issue19_targets,
+    ),
+    Section(
+        "rkv_workers_vs_etcd_grpc",
+        f"rkv with {WORKERS} HTTP workers per node against etcd's gRPC client: issue 19's targets",
+        RKV_WORKERS,
         ETCD_GRPC,
         issue19_targets,
     ),

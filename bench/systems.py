@@ -5,6 +5,8 @@ bench/trivial_server.py (the ceiling)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +19,13 @@ from bench.procs import Processes
 from bench.support import LOOPBACK, free_ports, http_request, wait_until
 
 RKV, RKV_SECURE, ETCD, ETCD_GRPC, TRIVIAL = "rkv", "rkv_secure", "etcd", "etcd_grpc", "trivial"
-SYSTEMS = (RKV, ETCD_GRPC, RKV_SECURE, ETCD, TRIVIAL)  # the order they run in
+RKV_WORKERS = "rkv_workers"
+WORKERS = 2
+"""HTTP worker processes per node of ``rkv_workers`` (--http-workers)."""
+SYSTEMS = (RKV, RKV_WORKERS, ETCD_GRPC, RKV_SECURE, ETCD, TRIVIAL)  # the order they run in
 LABELS = {
     RKV: "rkv",
+    RKV_WORKERS: f"rkv, {WORKERS} HTTP workers per node",
     ETCD_GRPC: "etcd gRPC (clientv3)",
     RKV_SECURE: "rkv_secure (TLS+auth)",
     ETCD: "etcd JSON gateway",
@@ -53,6 +59,32 @@ def start_rkv(procs: Processes, data: Path) -> System:
     return System(
         RKV, REST, cluster.leader_url, cluster.urls, about, leader_metric=RKV_LEADER_METRIC
     )
+
+
+def start_rkv_workers(procs: Processes, data: Path) -> System:
+    """rkv on its defaults but --http-workers (reads served by worker processes too)."""
+    env = {**os.environ, "RKV_HTTP_WORKERS": str(WORKERS)}
+    cluster = rkv_cluster.start(procs, data, env=env)
+    # A node opens its port before its workers are ready (main serves meanwhile).
+    ready = lambda: all(_workers_ready(url) for url in cluster.urls)  # noqa: E731
+    wait_until("rkv_workers: every node's HTTP workers ready", ready, 60)
+    about = {"rkv_workers leader": cluster.leader_url, "rkv_workers": f"--http-workers {WORKERS}"}
+    return System(
+        RKV_WORKERS,
+        REST,
+        cluster.leader_url,
+        cluster.urls,
+        about,
+        leader_metric=RKV_LEADER_METRIC,
+    )
+
+
+def _workers_ready(url: str) -> bool:
+    status, body = http_request(f"{url}/v1/status")
+    if status != 200:
+        return False
+    workers = json.loads(body).get("http_workers") or []
+    return len(workers) == WORKERS and all(w.get("ready") for w in workers)
 
 
 def start_rkv_secure(procs: Processes, data: Path) -> System:
@@ -104,6 +136,7 @@ def start_trivial(procs: Processes, data: Path) -> System:
 
 STARTERS: dict[str, Callable[[Processes, Path], System]] = {
     RKV: start_rkv,
+    RKV_WORKERS: start_rkv_workers,
     RKV_SECURE: start_rkv_secure,
     ETCD: start_etcd,
     ETCD_GRPC: start_etcd_grpc,

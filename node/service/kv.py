@@ -24,7 +24,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,7 +62,7 @@ from node.state.results import CommandResult, ResultCode
 from node.storage.commit_log import CommitLog
 from node.storage.compaction import CompactionResult
 from node.storage.compactor import Compactor
-from node.storage.lmdb_store import LmdbStore, StoredValue
+from node.storage.lmdb_store import LmdbStore, ReadView, StoredValue
 from node.storage.log_feed import encoded_records
 from node.storage.record import Record
 
@@ -185,7 +185,6 @@ class KvService(KvWrites):
     ) -> None:
         super().__init__(
             max_value_bytes,
-            store.reader,
             max_txn_ops=max_txn_ops,
             max_txn_result_bytes=max_txn_result_bytes,
             max_txn_bytes=max_txn_bytes,
@@ -214,6 +213,9 @@ class KvService(KvWrites):
         self._read_wait_timeout = read_wait_timeout
         self.http_workers: Callable[[], list[dict[str, Any]]] | None = None
         """/v1/status ``http_workers`` (set by the wiring when --http-workers > 0)."""
+
+    def _state_view(self) -> AbstractContextManager[ReadView]:
+        return self._store.reader()
 
     async def _propose(self, command: Command) -> CommandResult:
         return await self._consensus.propose(command)

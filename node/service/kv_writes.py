@@ -10,7 +10,6 @@ checked and built the same way whichever process parsed its request. Only
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from node.errors import (
@@ -114,7 +113,6 @@ class KvWrites:
     def __init__(
         self,
         max_value_bytes: int,
-        reader: Callable[[], AbstractContextManager[ReadView]],
         *,
         max_txn_ops: int = MAX_TXN_OPS,
         max_txn_result_bytes: int | None = None,
@@ -123,7 +121,6 @@ class KvWrites:
         max_lease_ttl: int = DEFAULT_MAX_LEASE_TTL,
     ) -> None:
         self._max_value_bytes = max_value_bytes
-        self._reader = reader
         self._max_txn_ops = max_txn_ops
         self._max_txn_result_bytes = max_txn_result_bytes
         self._max_txn_bytes = max_txn_bytes
@@ -132,6 +129,10 @@ class KvWrites:
 
     async def _propose(self, command: Command) -> CommandResult:
         """Propose a built command; its raw result (RequestError when not proposed)."""
+        raise NotImplementedError
+
+    def _state_view(self) -> AbstractContextManager[ReadView]:
+        """A read view of this node's state (the txn result check before the log)."""
         raise NotImplementedError
 
     @property
@@ -269,7 +270,7 @@ class KvWrites:
         there too unless those keys shrink meanwhile; the state machine decides."""
         # Without compares the success branch runs; with them, either may.
         branches = (txn.success, txn.failure) if txn.compares else (txn.success,)
-        with self._reader() as view:
+        with self._state_view() as view:
             if all(returns_over(branch, view, limit) for branch in branches):
                 raise PayloadTooLarge(
                     f"the txn's gets would return more than {limit} bytes of keys and values "

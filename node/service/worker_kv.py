@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from node.errors import InvalidRequest, KeyNotFound, NodeNotReady
@@ -38,7 +39,7 @@ from node.service.kv import (
 from node.service.kv_writes import KvWrites, check_key
 from node.state.commands import MAX_TXN_OPS, Command
 from node.state.results import CommandResult
-from node.storage.lmdb_store import ReadOnlyStore, StoredValue
+from node.storage.lmdb_store import ReadOnlyStore, ReadView, StoredValue
 
 
 class ReadChecks(Protocol):
@@ -118,7 +119,6 @@ class WorkerKv(KvWrites):
     ) -> None:
         super().__init__(
             max_value_bytes,
-            store.reader,
             max_txn_ops=max_txn_ops,
             max_txn_result_bytes=max_txn_result_bytes,
             max_txn_bytes=max_txn_bytes,
@@ -128,6 +128,9 @@ class WorkerKv(KvWrites):
         self._checks = CoalescedChecks(main)
         self._max_page_bytes = max_page_bytes
         self._read_wait_timeout = read_wait_timeout
+
+    def _state_view(self) -> AbstractContextManager[ReadView]:
+        return self._store.reader()
 
     async def _propose(self, command: Command) -> CommandResult:
         return await self._main.propose(command)

@@ -105,9 +105,11 @@ class MainForwarder:
         headers = self._headers(request)
         data: Any = request.content if request.body_exists else None
         if body is not None:
+            data = body
+        if data is not None and (body is not None or "Content-Encoding" in headers):
+            # aiohttp decoded the body here: it goes to main decoded, with its new length.
             headers.popall("Content-Encoding", None)
             headers.popall("Content-Length", None)
-            data = body
         try:
             upstream = await self._client().request(
                 request.method, url, headers=headers, data=data, allow_redirects=False

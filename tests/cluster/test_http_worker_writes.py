@@ -10,6 +10,7 @@ client connections each holds."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from collections.abc import Iterator
 from http.client import HTTPConnection, HTTPResponse
@@ -223,9 +224,15 @@ def test_writes_on_leases_from_a_worker_connection_are_served_by_main(
         put["lease"] = lease + 1000
         status, body, _ = request(conn, "POST", "/v1/txn", json.dumps(txn).encode(), JSON)
         assert status == 404 and json.loads(body)["code"] == "lease_not_found", body
+        gzipped = {"Content-Encoding": "gzip"}
+        status, body, _ = request(
+            conn, "PUT", "/v1/kv/ww/lease/z?ttl=30", gzip.compress(b"zipped"), gzipped
+        )
+        assert status == 200, body  # the worker decoded it: main gets it decoded
         assert workers(leader)[1] == writes_before  # main proposed them as its own
     finally:
         conn.close()
+    assert http("GET", leader.url + "/v1/kv/ww/lease/z").body == b"zipped"
     for lease_id, key in ((own_lease, b"ww/lease/k"), (lease, b"ww/lease/t")):
         answer = http("GET", leader.url + f"/v1/leases/{lease_id}?encoding=utf-8")
         assert answer.status == 200, answer.body

@@ -38,6 +38,7 @@ main's end closes (main died or stops it); main notes a worker gone.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import itertools
 import json
@@ -66,6 +67,8 @@ MAX_FRAME_BYTES = 1024**3
 """A frame larger than this ends the link (neither side sends one: a frame holds
 commands or results of bodies the HTTP limits bound)."""
 _MORE = 0x80
+_FD_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
+"""Ancillary space for the one descriptor a message may pass."""
 
 
 def link_pair() -> tuple[socket.socket, socket.socket]:
@@ -119,6 +122,7 @@ class Link:
         sock.setblocking(False)
         self._on_frame = on_frame
         self._frame = bytearray()
+        self._buffer = memoryview(bytearray(MAX_MESSAGE_BYTES))
         self._sock = sock
         self._on_message = on_message
         self._on_end = on_end
@@ -210,10 +214,20 @@ class Link:
         self._loop.remove_writer(self._sock.fileno())
         self._flush()
 
+    def _receive(self) -> tuple[bytes, list[int]]:
+        """One datagram and the descriptors it passed, read into a buffer kept for the
+        link's life (socket.recv_fds would allocate MAX_MESSAGE_BYTES each time)."""
+        size, ancillary, _flags, _addr = self._sock.recvmsg_into([self._buffer], _FD_SPACE)
+        fds = array.array("i")
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        return bytes(self._buffer[:size]), list(fds)
+
     def _readable(self) -> None:
         for _ in range(64):  # then let the loop run others
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, MAX_MESSAGE_BYTES, 1)
+                data, fds = self._receive()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:

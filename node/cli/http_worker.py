@@ -210,7 +210,7 @@ async def serve_worker(link_fd: int) -> None:
     pending.clear()
     shipping = asyncio.create_task(_ship_metrics(link)) if config["metrics"] else None
     link.send({"t": "ready", "pid": os.getpid()})
-    logger.info("serving reads, pid %d", os.getpid())
+    logger.info("serving key-value reads and writes, pid %d", os.getpid())
     try:
         await stop.wait()
     finally:

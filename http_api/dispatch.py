@@ -8,9 +8,11 @@ each new connection:
 - over either connection cap (http_api/connections.py) it is refused by main,
   exactly as without workers;
 - plain HTTP: main peeks at the first request line (``MSG_PEEK``: the bytes
-  stay for whoever serves it), waiting at most :data:`PEEK_SECONDS`. A read
-  (:func:`is_read_line`: ``GET /v1/kv/{key}`` or ``GET /v1/kv``) goes to the
-  least loaded worker, its socket passed over the worker's link; anything
+  stay for whoever serves it), waiting at most :data:`PEEK_SECONDS`. A request
+  a worker serves (:func:`is_worker_line`: ``GET /v1/kv/{key}``, ``GET
+  /v1/kv``, ``PUT``/``POST``/``DELETE /v1/kv/{key}`` and ``POST /v1/txn``; not
+  a PUT with ``lease=`` or ``ttl=``, which main serves) goes to the least
+  loaded worker, its socket passed over the worker's link; anything
   else, a connection that sends nothing in time, or no worker ready, main
   serves itself with the handler it uses without workers;
 - HTTPS: nothing can be read before the handshake, so connections go round
@@ -18,8 +20,8 @@ each new connection:
   handshake (same certificate, same timeout).
 
 A handed connection counts towards the node's caps in main until its worker
-reports it closed. A worker serves later requests of a connection that are not
-reads by passing them to main (http_api/forwarding.py).
+reports it closed. A worker serves later requests of a connection that it does
+not serve itself by passing them to main (http_api/forwarding.py).
 """
 
 from __future__ import annotations
@@ -46,12 +48,29 @@ PEEK_BYTES = 16 * 1024
 _PARTIAL_PAUSE = 0.005
 
 _READ_LINE = re.compile(rb"GET /v1/kv(?:[/?][^ ]*)? HTTP/1\.[01]")
+_WRITE_LINE = re.compile(
+    rb"(?:(?:PUT|POST|DELETE) /v1/kv/[^ ?]+|POST /v1/txn)(?P<query>\?[^ ]*)? HTTP/1\.[01]"
+)
+_LEASE_PARAM = re.compile(rb"[?&](?:lease|ttl)(?:[=&]|$)")
 
 
 def is_read_line(line: bytes) -> bool:
     """Whether an HTTP request line (without its CRLF) is a key-value read a worker
     serves: GET /v1/kv/{key} or GET /v1/kv, with any query."""
     return _READ_LINE.fullmatch(line.rstrip(b"\r")) is not None
+
+
+def is_worker_line(line: bytes) -> bool:
+    """Whether an HTTP request line (without its CRLF) is one a worker serves: a
+    key-value read (:func:`is_read_line`) or write, but a PUT on a lease (main's)."""
+    line = line.rstrip(b"\r")
+    if _READ_LINE.fullmatch(line) is not None:
+        return True
+    write = _WRITE_LINE.fullmatch(line)
+    if write is None:
+        return False
+    query = write.group("query")
+    return query is None or _LEASE_PARAM.search(query) is None
 
 
 def first_line(peeked: bytes) -> bytes | None:
@@ -180,7 +199,7 @@ class DispatchingSite(web.BaseSite):
             share = self._workers.ready_count() + 1
             self._turn = (self._turn + 1) % share
             return self._turn != 0
-        return line is not None and is_read_line(line)
+        return line is not None and is_worker_line(line)
 
     async def _peeked_line(self, conn: socket.socket) -> bytes | None:
         """The first request line, or None (TLS, nothing in time, closed, too long)."""

@@ -112,10 +112,18 @@ def error_response(error: RequestError, path_qs: str) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class ServedByMain(Exception):
+    """Raised in an HTTP worker by a route that needs what only the node's main process
+    holds (the lease service): the worker passes the request to main
+    (http_api/worker_app.py). Never raised in main."""
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except ServedByMain:
+        raise
     except RequestError as error:
         response = error_response(error, request.path_qs)
         if error.close_connection:

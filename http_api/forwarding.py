@@ -96,15 +96,23 @@ class MainForwarder:
             headers[CERT_USER_HEADER] = user
         return headers
 
-    async def forward(self, request: web.Request) -> web.StreamResponse:
+    async def forward(self, request: web.Request, body: bytes | None = None) -> web.StreamResponse:
+        """Main's answer to ``request``; ``body``: the body, already read here (and
+        decoded: it goes without its Content-Encoding)."""
         url = URL("http://rkv-main" + request.raw_path, encoded=True)
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return await self._forward_websocket(request, url)
         headers = self._headers(request)
-        body = request.content if request.body_exists else None
+        data: Any = request.content if request.body_exists else None
+        if body is not None:
+            data = body
+        if data is not None and (body is not None or "Content-Encoding" in headers):
+            # aiohttp decoded the body here: it goes to main decoded, with its new length.
+            headers.popall("Content-Encoding", None)
+            headers.popall("Content-Length", None)
         try:
             upstream = await self._client().request(
-                request.method, url, headers=headers, data=body, allow_redirects=False
+                request.method, url, headers=headers, data=data, allow_redirects=False
             )
         except (aiohttp.ClientError, OSError) as exc:
             logger.warning("forwarding %s to main failed: %s", request.method, exc)

@@ -32,7 +32,7 @@ class SnapshotSource(Protocol):
 
 class KvReads(Protocol):
     """The key-value reads (http_api/routes_kv.py): the main process's service, or an
-    HTTP worker's (node/service/worker_reads.py)."""
+    HTTP worker's (node/service/worker_kv.py)."""
 
     async def get(
         self, key: bytes, consistency: Consistency = ..., min_version: int | None = None
@@ -48,7 +48,11 @@ class KvReads(Protocol):
     ) -> ScanPage: ...
 
 
-class KvApi(KvReads, Protocol):
+class KvWriteApi(Protocol):
+    """The key-value writes (http_api/routes_writes.py): the main process's service,
+    or an HTTP worker's, which has main propose the command it built
+    (node/service/worker_kv.py)."""
+
     @property
     def max_value_bytes(self) -> int: ...
 
@@ -106,6 +110,12 @@ class KvApi(KvReads, Protocol):
         self, txn: Txn, producer: ProducerTag | None = None, *, fence: Fence | None = None
     ) -> CommandResult: ...
 
+
+class KvWorkerApi(KvReads, KvWriteApi, Protocol):
+    """What an HTTP worker serves itself (http_api/worker_app.py)."""
+
+
+class KvApi(KvReads, KvWriteApi, Protocol):
     @property
     def load_limits(self) -> LoadLimits: ...
 

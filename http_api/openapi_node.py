@@ -42,7 +42,8 @@ def node_paths() -> dict[str, Any]:
                 "storage: entries (LMDB's entry count: user keys plus internal records), "
                 "log_bytes and log_segments (the commit log on disk). http_workers (with "
                 "--http-workers): one object per worker process: index, pid, ready, "
-                "connections (the client connections it holds now).",
+                "connections (the client connections it holds now), writes (the "
+                "key-value writes main proposed for it since the node started).",
                 "responses": {"200": json_content({"type": "object"}, "Status")},
             }
         },

@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from prometheus_client.registry import Collector
 
+from http_api.errors import ServedByMain
 from node import metrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -57,6 +58,8 @@ async def count_requests(request: web.Request, handler: Handler) -> web.StreamRe
         response = await handler(request)
     except web.HTTPException as exc:
         _observe(request, exc.status, time.perf_counter() - started)
+        raise
+    except ServedByMain:  # main serves and counts it
         raise
     except Exception:
         _observe(request, 500, time.perf_counter() - started)

@@ -15,7 +15,7 @@ NAME=TOKEN``: applied only while lock NAME is held with that token, else 409
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -32,7 +32,7 @@ from http_api.encoding import (
     text_param,
 )
 from http_api.errors import json_response
-from http_api.kv_api import KvApi
+from http_api.kv_api import KvWriteApi
 from http_api.lease_context import caller_of, leases_of
 from http_api.lease_input import FENCING_HEADER, fence, lease_id_text, ttl_text
 from http_api.permissions import authorize_txn
@@ -59,7 +59,7 @@ def _number(result: CommandResult) -> int | None:
         return None
 
 
-async def _read_value(request: web.Request, kv: KvApi) -> bytes:
+async def _read_value(request: web.Request, kv: KvWriteApi) -> bytes:
     if request.content_length is not None and request.content_length > kv.max_value_bytes:
         raise PayloadTooLarge(
             f"value is {request.content_length} bytes; the limit is {kv.max_value_bytes}"
@@ -85,7 +85,7 @@ def _lease_or_ttl(request: web.Request, params: dict[str, bytes]) -> tuple[int |
     return lease, None
 
 
-async def _put(request: web.Request, kv: KvApi) -> web.Response:
+async def _put(request: web.Request, kv: KvWriteApi) -> web.Response:
     key = key_from_path(request)
     params = raw_query(request)
     kv.check_key(key)
@@ -106,8 +106,11 @@ async def _put(request: web.Request, kv: KvApi) -> web.Response:
     return written(body, result)
 
 
-def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
-    def service(request: web.Request) -> KvApi:
+Writes = TypeVar("Writes", bound=KvWriteApi)
+
+
+def add_routes(app: web.Application, service_key: web.AppKey[Writes]) -> None:
+    def service(request: web.Request) -> KvWriteApi:
         return request.app[service_key]
 
     async def put_key(request: web.Request) -> web.Response:

@@ -25,7 +25,7 @@ from typing import Any
 
 from http_api.bodies import json_integer
 from http_api.encoding import MAX_VERSION, decode_bytes, encode_bytes
-from http_api.kv_api import KvApi
+from http_api.kv_api import KvWriteApi
 from http_api.lease_input import lease_id
 from node.errors import InvalidRequest, PayloadTooLarge
 from node.keyspace import (
@@ -57,7 +57,7 @@ _COMPARE_FIELDS = {
 
 
 def _key(
-    item: dict[str, Any], encoding: str, kv: KvApi, where: str, checkpoint_ok: bool = True
+    item: dict[str, Any], encoding: str, kv: KvWriteApi, where: str, checkpoint_ok: bool = True
 ) -> bytes:
     if "checkpoint" in item:
         # A replicator's checkpoint (node/keyspace.py), by name: compare, put, get.
@@ -77,7 +77,7 @@ def _key(
     return key
 
 
-def _compare(item: Any, encoding: str, kv: KvApi, where: str) -> Compare:
+def _compare(item: Any, encoding: str, kv: KvWriteApi, where: str) -> Compare:
     if not isinstance(item, dict):
         raise InvalidRequest(f"{where} must be an object")
     fields = [name for name in _COMPARE_FIELDS if name in item]
@@ -101,7 +101,7 @@ def _compare(item: Any, encoding: str, kv: KvApi, where: str) -> Compare:
     return Compare(_key(item, encoding, kv, where), target, expected)
 
 
-def _op(item: Any, encoding: str, kv: KvApi, where: str) -> TxnOp:
+def _op(item: Any, encoding: str, kv: KvWriteApi, where: str) -> TxnOp:
     if not isinstance(item, dict):
         raise InvalidRequest(f"{where} must be an object")
     kind = item.get("op")
@@ -141,7 +141,7 @@ def _list(body: dict[str, Any], name: str) -> list[Any]:
     return value
 
 
-def parse_txn(body: Any, encoding: str, kv: KvApi) -> Txn:
+def parse_txn(body: Any, encoding: str, kv: KvWriteApi) -> Txn:
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
     unknown = set(body) - {"compare", "success", "failure"}

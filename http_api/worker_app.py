@@ -1,5 +1,11 @@
-"""An HTTP worker's app and server: the key-value reads served here, with main's
-middlewares, and every other request forwarded to main (http_api/forwarding.py).
+"""An HTTP worker's app and server: the key-value reads and the common key-value
+writes served here, with main's middlewares and main's route code, and every
+other request forwarded to main (http_api/forwarding.py).
+
+Writes main alone can serve go to main as they came: a PUT with ``?lease=`` or
+``?ttl=`` (the lease service lives in main) before its body is read, and a txn
+that puts a key on a lease once its body shows it (the route raises
+:class:`http_api.errors.ServedByMain`; the body already read goes along).
 
 The worker accepts nothing itself: main passes it connections
 (http_api/dispatch.py) and :meth:`WorkerHttp.serve` serves each with the
@@ -17,9 +23,10 @@ from typing import Any
 
 from aiohttp import web
 
-from http_api import routes_kv, routes_metrics
+from http_api import routes_kv, routes_metrics, routes_writes
 from http_api.auth_api import AuthApi
 from http_api.authn import AUTH, authenticate
+from http_api.body_budget import BUDGET, BodyBudget, hold_body_bytes
 from http_api.connections import (
     LIMITS,
     MAX_LINE_BYTES,
@@ -29,20 +36,32 @@ from http_api.connections import (
     request_bounds,
     share_the_loop,
 )
-from http_api.errors import error_middleware
+from http_api.errors import ServedByMain, error_middleware
 from http_api.fair_share import SHARES, FairShare
 from http_api.forwarding import MainForwarder
-from http_api.kv_api import KvReads
+from http_api.kv_api import KvWorkerApi
+from http_api.lease_context import LEASES_IN_MAIN
 from http_api.request_id import add_request_id_header, request_id_middleware
+from http_api.request_size import body_limit
 from http_api.server import SHUTDOWN_SECONDS
 
-WORKER_SERVICE: web.AppKey[KvReads] = web.AppKey("worker_service", KvReads)
-READ_ROUTES = frozenset({("GET", "/v1/kv/{key}"), ("GET", "/v1/kv")})
+WORKER_SERVICE: web.AppKey[KvWorkerApi] = web.AppKey("worker_service", KvWorkerApi)
+WORKER_ROUTES = frozenset(
+    {
+        ("GET", "/v1/kv/{key}"),
+        ("GET", "/v1/kv"),
+        ("PUT", "/v1/kv/{key}"),
+        ("POST", "/v1/kv/{key}"),
+        ("DELETE", "/v1/kv/{key}"),
+        ("POST", "/v1/txn"),
+    }
+)
 """(method, route template) a worker serves itself; every other request goes to main."""
+_LEASE_PARAMS = ("lease", "ttl")
 
 
 def build_worker_app(
-    service: KvReads,
+    service: KvWorkerApi,
     forwarder: MainForwarder,
     limits: HttpLimits,
     auth: AuthApi | None,
@@ -52,9 +71,16 @@ def build_worker_app(
     @web.middleware
     async def forward_the_rest(request: web.Request, handler: Any) -> web.StreamResponse:
         resource = request.match_info.route.resource
-        if resource is None or (request.method, resource.canonical) not in READ_ROUTES:
+        if (
+            resource is None
+            or (request.method, resource.canonical) not in WORKER_ROUTES
+            or (request.method == "PUT" and any(p in request.query for p in _LEASE_PARAMS))
+        ):
             return await forwarder.forward(request)
-        response: web.StreamResponse = await handler(request)
+        try:
+            response: web.StreamResponse = await handler(request)
+        except ServedByMain:
+            return await forwarder.forward(request, body=await request.read())
         return response
 
     app = web.Application(
@@ -66,7 +92,9 @@ def build_worker_app(
             share_the_loop,
             error_middleware,
             authenticate,
+            hold_body_bytes,
         ],
+        client_max_size=body_limit(service.max_value_bytes),
     )
     app[WORKER_SERVICE] = service
     app.on_response_prepare.append(add_request_id_header)
@@ -74,12 +102,19 @@ def build_worker_app(
         app[AUTH] = auth
     app[LIMITS] = limits
     app[SHARES] = FairShare(limits.fair_share_busy)
+    app[BUDGET] = BodyBudget(
+        limits.max_body_bytes_in_flight,
+        body_limit(service.max_value_bytes),
+        wait=limits.read_timeout / 2,
+    )
+    app[LEASES_IN_MAIN] = True
 
     async def close_forwarder(app: web.Application) -> None:
         await forwarder.close()
 
     app.on_cleanup.append(close_forwarder)
     routes_kv.add_routes(app, WORKER_SERVICE)
+    routes_writes.add_routes(app, WORKER_SERVICE)
     return app
 
 

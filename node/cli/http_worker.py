@@ -2,8 +2,9 @@
 only: node/cli/http_workers.py).
 
 It opens the node's LMDB read-only, serves the key-value reads of the
-connections main hands it, and forwards everything else to main
-(http_api/worker_app.py). It ends at once when main does: the kernel sends it
+connections main hands it and the common key-value writes (main proposes the
+command the worker built: node/cli/write_link.py), and forwards everything else
+to main (http_api/worker_app.py). It ends at once when main does: the kernel sends it
 SIGKILL when main dies (PR_SET_PDEATHSIG, Linux), and it exits when its link
 to main ends (any system) or when main terminates it.
 """
@@ -19,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from http_api.connections import HttpLimits
@@ -29,9 +31,12 @@ from node import metrics as node_metrics
 from node.cli.json_logs import JsonLogFormatter
 from node.cli.worker_link import Link, Message
 from node.cli.worker_metrics import SHIP_SECONDS, MetricDeltas
+from node.cli.write_link import RESULTS, WriteClient
 from node.service.auth import AuthService
 from node.service.kv import Consistency
-from node.service.worker_reads import WorkerKv
+from node.service.worker_kv import WorkerKv
+from node.state.commands import Command
+from node.state.results import CommandResult
 from node.storage.lmdb_store import ReadOnlyStore
 
 logger = logging.getLogger(__name__)
@@ -50,10 +55,12 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 class _Main:
-    """The worker's view of main (node/service/worker_reads.py's MainProcess)."""
+    """The worker's view of main (node/service/worker_kv.py's MainProcess)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: Callable[[], None]) -> None:
+        self._stop = stop
         self.link: Link | None = None
+        self.writes: WriteClient | None = None
         self.stalled: str | None = None
 
     def stalled_reason(self) -> str | None:
@@ -62,6 +69,23 @@ class _Main:
     async def read_check(self, consistency: Consistency) -> None:
         assert self.link is not None
         await self.link.call({"t": "read", "consistency": consistency.value})
+
+    def attach(self, link: Link) -> None:
+        self.link = link
+        self.writes = WriteClient(link)
+
+    def on_frame(self, kind: int, payload: bytes) -> None:
+        if kind == RESULTS and self.writes is not None:
+            self.writes.on_results(payload)
+
+    def link_ended(self) -> None:
+        if self.writes is not None:
+            self.writes.on_end()
+        self._stop()
+
+    async def propose(self, command: Command) -> CommandResult:
+        assert self.writes is not None
+        return await self.writes.propose(command)
 
     async def login(self, user: str, password: str, address: str) -> None:
         assert self.link is not None
@@ -118,6 +142,9 @@ def _worker_http(config: Message, store: ReadOnlyStore, main: _Main, link: Link)
         main,
         int(config["max_value_bytes"]),
         max_page_bytes=int(config["max_page_bytes"]),
+        max_txn_ops=int(config["max_txn_ops"]),
+        max_txn_result_bytes=config["max_txn_result_bytes"],
+        max_txn_bytes=config["max_txn_bytes"],
     )
     app = build_worker_app(
         service,
@@ -142,7 +169,7 @@ async def serve_worker(link_fd: int) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     # Ctrl-C reaches the whole process group: main decides when its workers stop.
     loop.add_signal_handler(signal.SIGINT, lambda: None)
-    main = _Main()
+    main = _Main(stop.set)
     config_came: asyncio.Future[Message] = loop.create_future()
     pending: list[tuple[socket.socket, str]] = []
     http: WorkerHttp | None = None
@@ -170,8 +197,8 @@ async def serve_worker(link_fd: int) -> None:
         elif kind == "stalled":
             main.stalled = message.get("reason")
 
-    link = Link(socket.socket(fileno=link_fd), on_message, stop.set)
-    main.link = link
+    link = Link(socket.socket(fileno=link_fd), on_message, main.link_ended, main.on_frame)
+    main.attach(link)
     config = await asyncio.wait_for(config_came, CONFIG_TIMEOUT)
     _configure_logging(config)
     node_metrics.enabled = bool(config["metrics"])
@@ -183,7 +210,7 @@ async def serve_worker(link_fd: int) -> None:
     pending.clear()
     shipping = asyncio.create_task(_ship_metrics(link)) if config["metrics"] else None
     link.send({"t": "ready", "pid": os.getpid()})
-    logger.info("serving reads, pid %d", os.getpid())
+    logger.info("serving key-value reads and writes, pid %d", os.getpid())
     try:
         await stop.wait()
     finally:

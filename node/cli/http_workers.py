@@ -2,7 +2,9 @@
 
 Main starts each worker as ``python -m node.cli http-worker`` with one end of
 a link (node/cli/worker_link.py), sends it its settings, and from then on:
-hands it read connections (http_api/dispatch.py), answers its read checks
+hands it read and write connections (http_api/dispatch.py), proposes the
+write commands it built (``service.execute``, node/cli/write_link.py) and
+sends back their results, answers its read checks
 (``service.prepare_read``: linearizable is main's ReadIndex read barrier,
 leader is main's own view of its role) and its Basic logins (main keeps the
 node's failed-login counts), pushes every change of the node's stalled state,
@@ -39,6 +41,7 @@ from http_api.connections import ConnectionCounts, HttpLimits
 from http_api.tls import ServerTls
 from node.cli.worker_link import Link, Message, link_pair
 from node.cli.worker_metrics import add_deltas
+from node.cli.write_link import WRITES, WriteServer
 from node.errors import InvalidRequest
 from node.service.auth import AuthService
 from node.service.kv import Consistency, KvService
@@ -62,6 +65,9 @@ class WorkerSettings:
     limits: HttpLimits
     max_value_bytes: int
     max_page_bytes: int
+    max_txn_ops: int
+    max_txn_result_bytes: int | None
+    max_txn_bytes: int | None
     secret: bytes | None = field(repr=False)
     token_ttl: float
     awaiting_bootstrap: bool
@@ -81,6 +87,9 @@ def settings_message(settings: WorkerSettings, index: int, socket_path: str, key
         "limits": asdict(settings.limits),
         "max_value_bytes": settings.max_value_bytes,
         "max_page_bytes": settings.max_page_bytes,
+        "max_txn_ops": settings.max_txn_ops,
+        "max_txn_result_bytes": settings.max_txn_result_bytes,
+        "max_txn_bytes": settings.max_txn_bytes,
         "secret": None if settings.secret is None else settings.secret.hex(),
         "token_ttl": settings.token_ttl,
         "awaiting_bootstrap": settings.awaiting_bootstrap,
@@ -124,12 +133,19 @@ class _Worker:
         self.index = index
         self.process: subprocess.Popen[bytes] | None = None
         self.link: Link | None = None
+        self.writes: WriteServer | None = None
+        self.writes_before = 0
+        """Writes proposed for the worker's earlier processes."""
         self.ready = False
         self.open: Counter[str] = Counter()
 
     @property
     def load(self) -> int:
         return self.open.total()
+
+    @property
+    def proposed(self) -> int:
+        return self.writes_before + (0 if self.writes is None else self.writes.proposed)
 
 
 class HttpWorkers:
@@ -178,6 +194,7 @@ class HttpWorkers:
                 "pid": None if w.process is None else w.process.pid,
                 "ready": w.ready,
                 "connections": w.load,
+                "writes": w.proposed,
             }
             for w in self._workers
         ]
@@ -238,7 +255,9 @@ class HttpWorkers:
             main_end,
             lambda message, passed: self._on_message(worker, message, passed),
             lambda: self._on_end(worker),
+            lambda kind, payload: self._on_frame(worker, kind, payload),
         )
+        worker.writes = WriteServer(worker.link, self._service.execute)
         worker.link.send(settings_message(self._settings, worker.index, self.socket_path, self.key))
         if self._stalled is not None:
             worker.link.send({"t": "stalled", "reason": self._stalled})
@@ -270,6 +289,11 @@ class HttpWorkers:
     def _on_end(self, worker: _Worker) -> None:
         worker.ready = False
         worker.link = None
+        # Proposals already made go on (their outcome is the log's); only the answers
+        # have nowhere to go.
+        if worker.writes is not None:
+            worker.writes_before += worker.writes.proposed
+        worker.writes = None
         counts = self.counts
         if counts is not None:
             for address, n in worker.open.items():
@@ -320,6 +344,12 @@ class HttpWorkers:
             logger.info("HTTP worker %d ready", worker.index)
         else:
             logger.warning("HTTP worker %d sent an unknown message %r", worker.index, kind)
+
+    def _on_frame(self, worker: _Worker, kind: int, payload: bytes) -> None:
+        if kind == WRITES and worker.writes is not None:
+            worker.writes.on_writes(payload)
+        else:
+            logger.warning("HTTP worker %d sent an unknown frame %d", worker.index, kind)
 
     async def _read_check(self, message: Message) -> None:
         try:

@@ -111,7 +111,7 @@ class NodeConfig:
     max_watches_per_address: int = DEFAULT_MAX_WATCHES_PER_ADDRESS
     fair_share_busy: float = DEFAULT_FAIR_SHARE_BUSY
     http_workers: int = 0
-    """HTTP worker processes serving reads (node/cli/worker_settings.py)."""
+    """HTTP worker processes serving key-value reads and writes (node/cli/worker_settings.py)."""
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
     max_txn_result_bytes: int = DEFAULT_MAX_TXN_RESULT_BYTES

@@ -24,16 +24,26 @@ replies
   ``reply``    ``{"re": id, "ok": true}`` or ``{"re": id, "ok": false, "error":
                {"kind", "message", "code", "leader_url", "retry_after"}}``
 
+Binary frames carry the key-value writes a worker serves (node/cli/write_link.py
+holds their payloads): a datagram whose first byte is not ``{`` is a piece of a
+frame. That byte is the frame's kind (1 writes, 2 results), with bit 0x80 set on
+every piece but the last; the rest of the datagram is the next piece of the
+frame's payload. A frame goes out in pieces of at most :data:`FRAME_PIECE_BYTES`
+(a datagram must fit the socket's send buffer), queued together, so its pieces
+arrive in order with nothing between them.
+
 The end of the link is the end of the other process: a worker exits at once when
 main's end closes (main died or stops it); main notes a worker gone.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import itertools
 import json
 import logging
+import os
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +59,16 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 a few KB; a metrics message a few hundred label sets)."""
 
 Message = dict[str, Any]
+
+FRAME_PIECE_BYTES = 64 * 1024
+"""Most payload bytes one datagram of a binary frame holds (the default unix socket
+send buffer holds about 200 KiB)."""
+MAX_FRAME_BYTES = 1024**3
+"""A frame larger than this ends the link (neither side sends one: a frame holds
+commands or results of bodies the HTTP limits bound)."""
+_MORE = 0x80
+_FD_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
+"""Ancillary space for the one descriptor a message may pass."""
 
 
 def link_pair() -> tuple[socket.socket, socket.socket]:
@@ -97,8 +117,12 @@ class Link:
         sock: socket.socket,
         on_message: Callable[[Message, socket.socket | None], None],
         on_end: Callable[[], None],
+        on_frame: Callable[[int, bytes], None] | None = None,
     ) -> None:
         sock.setblocking(False)
+        self._on_frame = on_frame
+        self._frame = bytearray()
+        self._buffer = memoryview(bytearray(MAX_MESSAGE_BYTES))
         self._sock = sock
         self._on_message = on_message
         self._on_end = on_end
@@ -107,6 +131,7 @@ class Link:
         self._ids = itertools.count(1)
         self._calls: dict[int, asyncio.Future[Message]] = {}
         self._ended = False
+        self._writer_added = False
         self._loop.add_reader(sock.fileno(), self._readable)
 
     @property
@@ -120,7 +145,23 @@ class Link:
                 passed.close()
             return
         self._outbox.append((json.dumps(message).encode(), passed))
-        if len(self._outbox) == 1:
+        if not self._writer_added:
+            self._flush()
+
+    def send_frame(self, kind: int, payload: bytes) -> None:
+        """Queue binary frame ``kind`` (1 to 127), in pieces (module docstring)."""
+        if self._ended:
+            return
+        view = memoryview(payload)
+        start = 0
+        while True:
+            piece = view[start : start + FRAME_PIECE_BYTES]
+            start += FRAME_PIECE_BYTES
+            more = start < len(payload)
+            self._outbox.append((bytes((kind | (_MORE if more else 0),)) + piece, None))
+            if not more:
+                break
+        if not self._writer_added:
             self._flush()
 
     async def call(self, message: Message) -> Message:
@@ -156,7 +197,9 @@ class Link:
                 else:
                     socket.send_fds(self._sock, [data], [passed.fileno()])
             except BlockingIOError:
-                self._loop.add_writer(self._sock.fileno(), self._writable)
+                if not self._writer_added:
+                    self._writer_added = True
+                    self._loop.add_writer(self._sock.fileno(), self._writable)
                 return
             except OSError as exc:
                 logger.debug("link send failed: %s", exc)
@@ -167,13 +210,24 @@ class Link:
                 passed.close()
 
     def _writable(self) -> None:
+        self._writer_added = False
         self._loop.remove_writer(self._sock.fileno())
         self._flush()
+
+    def _receive(self) -> tuple[bytes, list[int]]:
+        """One datagram and the descriptors it passed, read into a buffer kept for the
+        link's life (socket.recv_fds would allocate MAX_MESSAGE_BYTES each time)."""
+        size, ancillary, _flags, _addr = self._sock.recvmsg_into([self._buffer], _FD_SPACE)
+        fds = array.array("i")
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        return bytes(self._buffer[:size]), list(fds)
 
     def _readable(self) -> None:
         for _ in range(64):  # then let the loop run others
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, MAX_MESSAGE_BYTES, 1)
+                data, fds = self._receive()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -183,6 +237,13 @@ class Link:
             if not data:
                 self._end()
                 return
+            if data[0] != 0x7B:  # not "{": a piece of a binary frame
+                for fd in fds:
+                    os.close(fd)
+                self._piece(data)
+                if self._ended:
+                    return
+                continue
             passed = socket.socket(fileno=fds[0]) if fds else None
             try:
                 message = json.loads(data)
@@ -197,6 +258,21 @@ class Link:
                     future.set_result(message)
                 continue
             self._on_message(message, passed)
+
+    def _piece(self, data: bytes) -> None:
+        self._frame += memoryview(data)[1:]
+        if len(self._frame) > MAX_FRAME_BYTES:
+            logger.error("a link frame over %d bytes: link ended", MAX_FRAME_BYTES)
+            self._end()
+            return
+        if data[0] & _MORE:
+            return
+        payload = bytes(self._frame)
+        self._frame.clear()
+        if self._on_frame is None:
+            logger.error("dropped a binary link frame of kind %d", data[0])
+            return
+        self._on_frame(data[0], payload)
 
     def _end(self) -> None:
         if self._ended:

@@ -1,5 +1,5 @@
-"""``--http-workers``: how many HTTP worker processes serve reads beside the node's
-main process (http_api/dispatch.py, node/cli/http_workers.py)."""
+"""``--http-workers``: how many HTTP worker processes serve key-value reads and writes
+beside the node's main process (http_api/dispatch.py, node/cli/http_workers.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ MAX_HTTP_WORKERS = 64
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-workers",
-        help="HTTP worker processes that serve key-value reads (GET /v1/kv...) on other "
-        "cores, beside the main process that owns raft and writes; 'auto': the CPUs this "
+        help="HTTP worker processes that serve key-value reads and writes (GET, PUT, DELETE, "
+        "POST /v1/kv..., POST /v1/txn) on other cores, beside the main process that owns raft "
+        "and proposes the writes they build; 'auto': the CPUs this "
         f"process may use minus 1, at most {MAX_AUTO_WORKERS}; 0: none, main serves "
         f"everything (RKV_HTTP_WORKERS, {DEFAULT_HTTP_WORKERS})",
     )

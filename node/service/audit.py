@@ -29,7 +29,8 @@ from pathlib import Path
 from node.audit.export import DEFAULT_BUCKETS, choose_split_points
 from node.audit.jobs import AUDIT_RUNNING, AuditExporter, AuditStatus
 from node.errors import Conflict, InvalidRequest, KeyNotFound, NotLeader
-from node.service.kv import ConsensusLog, result_error
+from node.service.kv import ConsensusLog
+from node.service.kv_writes import result_error
 from node.state.commands import MAX_AUDIT_BUCKETS, AuditCut, audit_id_problem
 from node.state.results import ResultCode
 from node.storage.lmdb_store import LmdbStore

@@ -58,7 +58,8 @@ from node.service.auth_tokens import (
     USER_KIND,
     TokenSigner,
 )
-from node.service.kv import ConsensusLog, result_error
+from node.service.kv import ConsensusLog
+from node.service.kv_writes import result_error
 from node.service.login_limits import FailedLogins
 from node.service.passwords import (
     MAX_CONCURRENT_HASHES,

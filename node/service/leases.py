@@ -27,7 +27,8 @@ from node.errors import (
     LockHeld,
     RequestError,
 )
-from node.service.kv import ConsensusLog, result_error
+from node.service.kv import ConsensusLog
+from node.service.kv_writes import result_error
 from node.service.lease_clock import LeaseClock
 from node.service.lease_types import Caller, LeaseInfo, LockHolder, LockInfo, Renewal
 from node.service.lock_waits import LockWaits

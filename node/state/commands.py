@@ -785,6 +785,30 @@ def _decode_command(raw: Any) -> Command:
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")
 
 
+def encode_command(command: Command) -> bytes:
+    """One command alone, outside any entry (an HTTP worker sends the writes it built
+    to its main process this way, node/cli/write_link.py): the lowest entry format
+    byte that holds it, then the msgpack array an entry holds for it."""
+    packed: bytes = msgpack.packb(_encode_command(command), use_bin_type=True)
+    return bytes((_format_of(Batch((command,))),)) + packed
+
+
+def decode_command(data: bytes) -> Command:
+    """The command :func:`encode_command` encoded; EntryDecodeError when malformed."""
+    if not data:
+        raise EntryDecodeError("empty command")
+    if not 1 <= data[0] <= FORMAT_VERSION:
+        raise UnsupportedEntryVersion(data[0])
+    try:
+        raw = msgpack.unpackb(data[1:], raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise EntryDecodeError(f"command is not valid msgpack: {exc}") from exc
+    command = _decode_command(raw)
+    if _format_of(Batch((command,))) > data[0]:
+        raise EntryDecodeError(f"format {data[0]} cannot hold this command")
+    return command
+
+
 def decode_entry(data: bytes) -> Batch:
     """Decode entry bytes; raises :class:`EntryDecodeError` for anything malformed."""
     if not data:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+import msgpack
+
+from node.errors import EntryDecodeError
+
 
 class ResultCode(enum.Enum):
     OK = "ok"
@@ -126,3 +130,41 @@ class CommandResult(NamedTuple):
     @property
     def ok(self) -> bool:
         return self.code is ResultCode.OK
+
+
+_CODES = {code.value: code for code in ResultCode}
+
+
+def encode_result(result: CommandResult) -> bytes:
+    """A result as bytes (main answers a worker's write with it, node/cli/write_link.py):
+    the msgpack array of its fields in order, its code as text, each op result an
+    array of its fields."""
+    fields = list(result)
+    fields[0] = result.code.value
+    fields[5] = [list(op) for op in result.op_results]
+    packed: bytes = msgpack.packb(fields, use_bin_type=True)
+    return packed
+
+
+def decode_result(data: bytes) -> CommandResult:
+    """The result :func:`encode_result` encoded; EntryDecodeError when malformed."""
+    try:
+        raw = msgpack.unpackb(data, raw=False, use_list=True)
+        code, version, current, message, succeeded, ops, value, producer, epoch, dup = raw
+        return CommandResult(
+            _CODES[code],
+            int(version),
+            int(current),
+            str(message),
+            bool(succeeded),
+            tuple(
+                OpResult(str(o[0]), bytes(o[1]), bool(o[2]), int(o[3]), int(o[4]), bytes(o[5]))
+                for o in ops
+            ),
+            bytes(value),
+            int(producer),
+            int(epoch),
+            bool(dup),
+        )
+    except Exception as exc:  # msgpack's errors, a wrong shape, an unknown code
+        raise EntryDecodeError(f"not an encoded command result: {exc}") from exc

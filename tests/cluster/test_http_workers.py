@@ -1,6 +1,7 @@
 """HTTP worker processes (--http-workers 2) on real nodes over real sockets: reads
 handed to workers answer as main would at every consistency level, the rest of a
-handed connection is forwarded to main, auth and TLS behave the same, and no worker
+handed connection is served (key-value writes: tests/cluster/test_http_worker_writes.py)
+or forwarded to main, auth and TLS behave the same, and no worker
 outlives its node."""
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def test_linearizable_reads_on_workers_never_miss_a_write_done_before_they_began
     assert done[0] > 10 and reads[0] > 20
 
 
-def test_a_read_connection_that_goes_on_with_writes_is_forwarded_to_main(
+def test_a_read_connection_that_goes_on_with_writes_and_other_requests_is_served(
     cluster: LocalCluster,
 ) -> None:
     leader = cluster.leader()

@@ -1,6 +1,6 @@
 """The link between a node's main process and an HTTP worker (node/cli/worker_link.py),
 over a real socket pair, and the worker's coalesced read checks
-(node/service/worker_reads.py)."""
+(node/service/worker_kv.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from node.cli.worker_link import Link, Message, decode_error, encode_error, link_pair
 from node.errors import LimitReached, NodeNotReady, NotLeader, RequestError, Unauthenticated
 from node.service.kv import Consistency
-from node.service.worker_reads import CoalescedChecks
+from node.service.worker_kv import CoalescedChecks
 
 
 @pytest.mark.asyncio

@@ -1,5 +1,10 @@
-"""Key-value reads in an HTTP worker process: the node's LMDB opened read-only, and
-the node's main process asked whatever only it knows.
+"""Key-value reads and writes in an HTTP worker process: the node's LMDB opened
+read-only, and the node's main process asked whatever only it knows.
+
+Writes (PUT, DELETE, incr, append, txn) are checked and built by the same code as
+in main (node/service/kv_writes.py); main proposes the built command
+(:meth:`MainProcess.propose`, node/cli/write_link.py) and the result is turned
+into the answer here, as main's service does.
 
 A worker serves GET /v1/kv/{key} and GET /v1/kv with the same answers as the main
 process (node/service/kv.py), at every consistency level:
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from node.errors import InvalidRequest, KeyNotFound, NodeNotReady
@@ -29,21 +35,30 @@ from node.service.kv import (
     MAX_SCAN_LIMIT,
     Consistency,
     ScanPage,
-    check_key,
 )
-from node.storage.lmdb_store import ReadOnlyStore, StoredValue
+from node.service.kv_writes import KvWrites, check_key
+from node.state.commands import MAX_TXN_OPS, Command
+from node.state.results import CommandResult
+from node.storage.lmdb_store import ReadOnlyStore, ReadView, StoredValue
 
 
-class MainProcess(Protocol):
+class ReadChecks(Protocol):
+    async def read_check(self, consistency: Consistency) -> None:
+        """Main's own check for a read at ``consistency`` (linearizable: its read
+        barrier); raises the RequestError main would answer."""
+        ...
+
+
+class MainProcess(ReadChecks, Protocol):
     """What a worker asks of its node's main process (node/cli/http_worker.py)."""
 
     def stalled_reason(self) -> str | None:
         """Why the node serves no reads now (main pushes every change), or None."""
         ...
 
-    async def read_check(self, consistency: Consistency) -> None:
-        """Main's own check for a read at ``consistency`` (linearizable: its read
-        barrier); raises the RequestError main would answer."""
+    async def propose(self, command: Command) -> CommandResult:
+        """Main proposes a built write: its raw result, or the RequestError main's
+        proposing raised (UnknownOutcome when the answer cannot come)."""
         ...
 
 
@@ -51,7 +66,7 @@ class CoalescedChecks:
     """One check in flight per consistency level; callers that arrive meanwhile share
     the next one (never the one already sent)."""
 
-    def __init__(self, main: MainProcess) -> None:
+    def __init__(self, main: ReadChecks) -> None:
         self._main = main
         self._in_flight: dict[Consistency, asyncio.Future[None]] = {}
         self._next: dict[Consistency, asyncio.Future[None]] = {}
@@ -87,8 +102,8 @@ class CoalescedChecks:
             self._send(consistency)
 
 
-class WorkerKv:
-    """The reads of :class:`node.service.kv.KvService`, in a worker process."""
+class WorkerKv(KvWrites):
+    """The reads and writes of :class:`node.service.kv.KvService`, in a worker process."""
 
     def __init__(
         self,
@@ -98,17 +113,27 @@ class WorkerKv:
         *,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
         read_wait_timeout: float = 5.0,
+        max_txn_ops: int = MAX_TXN_OPS,
+        max_txn_result_bytes: int | None = None,
+        max_txn_bytes: int | None = None,
     ) -> None:
+        super().__init__(
+            max_value_bytes,
+            max_txn_ops=max_txn_ops,
+            max_txn_result_bytes=max_txn_result_bytes,
+            max_txn_bytes=max_txn_bytes,
+        )
         self._store = store
         self._main = main
         self._checks = CoalescedChecks(main)
-        self._max_value_bytes = max_value_bytes
         self._max_page_bytes = max_page_bytes
         self._read_wait_timeout = read_wait_timeout
 
-    @property
-    def max_value_bytes(self) -> int:
-        return self._max_value_bytes
+    def _state_view(self) -> AbstractContextManager[ReadView]:
+        return self._store.reader()
+
+    async def _propose(self, command: Command) -> CommandResult:
+        return await self._main.propose(command)
 
     async def prepare_read(self, consistency: Consistency, min_version: int | None) -> None:
         reason = self._main.stalled_reason()

@@ -24,15 +24,15 @@ from http_api import (
     routes_writes,
 )
 from http_api.auth_api import AuthApi
-from http_api.authn import AUTH, authenticate
-from http_api.body_budget import BUDGET, BodyBudget, hold_body_bytes
-from http_api.connections import LIMITS, HttpLimits, request_bounds, share_the_loop
-from http_api.errors import error_middleware
+from http_api.authn import AUTH
+from http_api.body_budget import BUDGET, BodyBudget
+from http_api.connections import LIMITS, HttpLimits
 from http_api.fair_share import SHARES, FairShare
 from http_api.kv_api import KvApi
 from http_api.lease_api import LeaseApi
 from http_api.lease_context import LEASES
-from http_api.request_id import add_request_id_header, request_id_middleware
+from http_api.middlewares import common_middlewares
+from http_api.request_id import add_request_id_header
 from http_api.request_size import body_limit
 from http_api.routes_audit import AuditApi
 from http_api.stream_slots import STREAMS, StreamSlots
@@ -60,16 +60,7 @@ def build_app(
     gauges) in the registry while the app runs. ``forwarded``: the first middleware,
     trusting what HTTP workers forward (http_api/forwarding.py)."""
     app = web.Application(
-        middlewares=[
-            *([forwarded] if forwarded is not None else []),
-            request_id_middleware,
-            *([routes_metrics.count_requests] if metrics else []),
-            request_bounds,
-            share_the_loop,
-            error_middleware,
-            authenticate,
-            hold_body_bytes,
-        ],
+        middlewares=common_middlewares(forwarded, metrics=metrics),
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[SERVICE] = service

@@ -23,25 +23,24 @@ from typing import Any
 
 from aiohttp import web
 
-from http_api import routes_kv, routes_metrics, routes_writes
+from http_api import routes_kv, routes_writes
 from http_api.auth_api import AuthApi
-from http_api.authn import AUTH, authenticate
-from http_api.body_budget import BUDGET, BodyBudget, hold_body_bytes
+from http_api.authn import AUTH
+from http_api.body_budget import BUDGET, BodyBudget
 from http_api.connections import (
     LIMITS,
     MAX_LINE_BYTES,
     ConnectionCounts,
     GuardedHandler,
     HttpLimits,
-    request_bounds,
-    share_the_loop,
 )
-from http_api.errors import ServedByMain, error_middleware
+from http_api.errors import ServedByMain
 from http_api.fair_share import SHARES, FairShare
 from http_api.forwarding import MainForwarder
 from http_api.kv_api import KvWorkerApi
 from http_api.lease_context import LEASES_IN_MAIN
-from http_api.request_id import add_request_id_header, request_id_middleware
+from http_api.middlewares import common_middlewares
+from http_api.request_id import add_request_id_header
 from http_api.request_size import body_limit
 from http_api.server import SHUTDOWN_SECONDS
 
@@ -84,16 +83,7 @@ def build_worker_app(
         return response
 
     app = web.Application(
-        middlewares=[
-            forward_the_rest,
-            request_id_middleware,
-            *([routes_metrics.count_requests] if metrics else []),
-            request_bounds,
-            share_the_loop,
-            error_middleware,
-            authenticate,
-            hold_body_bytes,
-        ],
+        middlewares=common_middlewares(forward_the_rest, metrics=metrics),
         client_max_size=body_limit(service.max_value_bytes),
     )
     app[WORKER_SERVICE] = service

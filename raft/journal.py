@@ -22,11 +22,13 @@ counting the index, term and command).
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
 from array import array
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, overload
 
 from pysyncobj.journal import (
@@ -38,8 +40,12 @@ from pysyncobj.journal import (
     NAME_SIZE,
     VERSION_SIZE,
     Journal,
-    MetaStorer,
 )
+
+from node.storage.datadir import fsync_directory
+from raft.meta_file import DurableMeta
+
+logger = logging.getLogger(__name__)
 
 _FIRST: int = FIRST_RECORD_OFFSET
 _END_FIELD: int = LAST_RECORD_OFFSET_OFFSET
@@ -110,9 +116,13 @@ class DiskJournal(Journal):  # type: ignore[misc]
 
     def __init__(self, path: str) -> None:
         self._path = path
+        self._directory = Path(os.path.abspath(path)).parent
         if not os.path.exists(path):
             with open(path, "wb") as f:
                 f.write(_default_header())
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_directory(self._directory)  # the new file's name, durable
         self._file = open(path, "r+b")  # noqa: SIM115 (held open for the mapping)
         if os.fstat(self._file.fileno()).st_size < _INITIAL_BYTES:
             self._file.truncate(_INITIAL_BYTES)
@@ -124,19 +134,48 @@ class DiskJournal(Journal):  # type: ignore[misc]
         version = _SIZE.unpack_from(self._map, _END_FIELD - 4)[0]
         if version != JOURNAL_FORMAT_VERSION:
             raise ValueError(f"{path}: journal format {version}, not {JOURNAL_FORMAT_VERSION}")
-        end = _SIZE.unpack_from(self._map, _END_FIELD)[0]
+        self._end: int = self._read_records(_SIZE.unpack_from(self._map, _END_FIELD)[0])
+        self._meta_storer = DurableMeta(path + ".meta")
+        self._meta: dict[str, Any] = self._meta_storer.getMeta()
+        self._meta_saved = True
+
+    def _read_records(self, end: int) -> int:
+        """Index the records up to ``end``; returns where the last whole one ends.
+
+        A record that does not hold together (its two size fields differ, it runs
+        past the end or the file, its index does not follow the previous one, its term
+        goes back) and everything after it are dropped, with a warning: the disk
+        wrote back the end offset before the record's pages when the power was cut.
+        Such records were never fsynced, so no acknowledgement depended on them."""
         offset = _FIRST
-        while offset < end:
+        limit = min(end, len(self._map))
+        previous: tuple[int, int] | None = None
+        while offset < limit:
             size = _SIZE.unpack_from(self._map, offset)[0]
+            stop = offset + 4 + size
+            if size < _INDEX_TERM.size or stop + 4 > limit:
+                break
             index, term = _INDEX_TERM.unpack_from(self._map, offset + 4)
+            if _SIZE.unpack_from(self._map, stop)[0] != size:
+                break
+            if previous is not None and (index != previous[0] + 1 or term < previous[1]):
+                break
+            previous = (index, term)
             self._starts.append(offset)
             self._indexes.append(index)
             self._terms.append(term)
-            offset += size + 8
-        self._end: int = offset
-        self._meta_storer = MetaStorer(path + ".meta")
-        self._meta: dict[str, Any] = self._meta_storer.getMeta()
-        self._meta_saved = True
+            offset = stop + 4
+        if offset != end:
+            logger.warning(
+                "%s: the journal's end offset is %d but its records hold together only "
+                "to %d: dropped the torn tail (never fsynced, so never acknowledged)",
+                self._path,
+                end,
+                offset,
+            )
+            self._set_end(offset)
+            self._map.flush(0, mmap.PAGESIZE)
+        return offset
 
     # -- what pysyncobj reads ------------------------------------------------------
 
@@ -200,6 +239,10 @@ class DiskJournal(Journal):  # type: ignore[misc]
         self._set_end(start + size + 8)
 
     def clear(self) -> None:
+        """Drop every entry (pysyncobj installs a raft marker): the marker's rename is
+        made durable first, so a power cut never leaves an empty journal beside the
+        previous marker."""
+        fsync_directory(self._directory)
         self._last_read = None
         del self._starts[:], self._indexes[:], self._terms[:]
         self._set_end(_FIRST)
@@ -213,8 +256,18 @@ class DiskJournal(Journal):  # type: ignore[misc]
         self._set_end(end)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
-        """Drop the first ``entryTo`` entries: the rest move to the file's start (a
-        memmove inside the mapping, never a copy through Python objects)."""
+        """Drop the first ``entryTo`` entries (a raft marker now covers them): the rest
+        move to the file's start (a memmove inside the mapping, never a copy through
+        Python objects).
+
+        Safe against a power cut at any point, in this order: the marker's rename is
+        made durable first (pysyncobj renames it into place without a directory
+        fsync); then an empty journal (end offset at the first record) reaches the
+        disk before any byte moves; then the moved records; then the new end offset.
+        The disk writes dirty pages back in any order, so without the syncs a cut
+        could leave the old end offset over moved bytes (a torn journal). A cut
+        before the last step leaves an empty journal, which pysyncobj refills from
+        the marker and the leader."""
         if entryTo <= 0:
             return
         if entryTo >= len(self._starts):
@@ -223,13 +276,15 @@ class DiskJournal(Journal):  # type: ignore[misc]
         first = self._starts[entryTo]
         shift = first - _FIRST
         kept = self._end - first
-        # The end offset goes first: a crash mid-move leaves an empty journal, which
-        # pysyncobj refills from the raft marker and the leader, never a torn one.
+        fsync_directory(self._directory)
         self._set_end(_FIRST)
+        self._map.flush(0, mmap.PAGESIZE)
         self._map.move(_FIRST, first, kept)
+        self._map.flush()
         del self._starts[:entryTo], self._indexes[:entryTo], self._terms[:entryTo]
         self._starts = array("Q", (start - shift for start in self._starts))
         self._set_end(_FIRST + kept)
+        self._map.flush(0, mmap.PAGESIZE)
 
     def flush(self) -> None:
         self._map.flush()

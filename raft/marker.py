@@ -20,10 +20,12 @@ import base64
 import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from pysyncobj.node import TCPNode
 
+from node.storage.datadir import fsync_directory
 from node.storage.recovery import NodeStorage
 from raft.gap import GapFiller
 
@@ -82,9 +84,15 @@ class RaftMarkers:
         )
 
     def deserialize(self, file_name: str) -> tuple[Any, Any, Any]:
-        """pysyncobj's deserializer hook: our own marker at start-up, or the leader's."""
+        """pysyncobj's deserializer hook: our own marker at start-up, or the leader's.
+
+        The file and its name are made durable first: pysyncobj writes a marker
+        received from the leader without an fsync and renames it into place without
+        a directory fsync, and clears the journal right after this returns."""
         with open(file_name) as f:
+            os.fsync(f.fileno())
             marker = json.load(f)
+        fsync_directory(Path(file_name).resolve().parent)
         if marker.get("format") != MARKER_FORMAT:
             raise ValueError(f"unknown raft marker format in {file_name}: {marker!r:.200}")
         self._check_gap(marker)

@@ -77,6 +77,9 @@ def _write_owner(data_dir: Path, owner: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    # Durable before LMDB is written: a lost rename would leave "closed" from the last
+    # clean stop, and LMDB written since (never fsynced) would be trusted after a cut.
+    fsync_directory(data_dir)
 
 
 def _lmdb_trusted(data_dir: Path, boot_id: str) -> bool:

@@ -27,6 +27,9 @@ def apply(journal: object, op: Op, next_index: list[int]) -> None:
         next_index[0] += 1
     elif kind == "from":
         journal.deleteEntriesFrom(min(n, len(journal)))  # type: ignore[attr-defined, arg-type]
+        if len(journal):  # type: ignore[arg-type]
+            # As in raft: the next entry follows the last one kept.
+            next_index[0] = journal[len(journal) - 1][1] + 1  # type: ignore[index, arg-type]
     elif kind == "to":
         journal.deleteEntriesTo(min(n, len(journal)))  # type: ignore[attr-defined, arg-type]
     else:

@@ -362,6 +362,11 @@ class RaftConsensus:
     def is_leader(self) -> bool:
         return self._syncobj is not None and bool(self._syncobj._isLeader())
 
+    def holds_lease(self) -> bool:
+        """This node leads and a majority followed it within the minimum election
+        timeout, so no other leader can exist (raft/leader_lease.py)."""
+        return self._syncobj is not None and self._syncobj.holds_lease()
+
     def leader(self) -> Member | None:
         """The leader this node follows, if it is itself or still connected to it.
 

@@ -25,15 +25,19 @@ from typing import Any
 import pysyncobj.syncobj as pysyncobj_core
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
+from pysyncobj.syncobj import _RAFT_STATE
 
 from node import metrics
-from raft import read_index
+from raft import leader_lease, pre_vote, read_index
 from raft.config import TransportLimits
 from raft.journal import DiskJournal
 from raft.transmission import Transmissions
 from raft.transport import GuardedTransport
 
 logger = logging.getLogger(__name__)
+
+_LEADER = _RAFT_STATE.LEADER
+_FOLLOWER = _RAFT_STATE.FOLLOWER
 
 EntryApplier = Callable[[int, bytes], Any]
 """Called on the raft thread with (raft index, entry bytes); returns the results."""
@@ -64,12 +68,18 @@ class DurableTransport(GuardedTransport):
             kind = message.get("type")
             if kind == "append_entries":
                 message[read_index.ROUND] = self._syncObj.read_index.stamp()
+                message[leader_lease.SENT] = self._syncObj.lease.stamp()
             elif kind == "next_node_idx":
                 if message.get("success"):
                     self._syncObj.sync_journal()
                 echo = self._syncObj.answering_round
                 if echo is not None:
                     message[read_index.ROUND] = echo
+                number = self._syncObj.answering_sent
+                if number is not None:
+                    message[leader_lease.SENT] = number
+            elif kind == "timeout_now":
+                self._syncObj.lease.revoke()  # its target campaigns without waiting
         sent: bool = super().send(node, message)
         if not sent and metrics.enabled:
             metrics.PEER_SEND_FAILURES.inc()
@@ -77,6 +87,8 @@ class DurableTransport(GuardedTransport):
 
 
 class RkvSyncObj(SyncObj):  # type: ignore[misc]
+    _SyncObj__raftElectionDeadline: float  # pysyncobj's, set by its own methods too
+
     def __init__(
         self,
         self_address: str,
@@ -89,6 +101,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         holding: Callable[[], bool] = lambda: False,
         transport_limits: TransportLimits | None = None,
         read_timeout: float = 5.0,
+        check_quorum_after: float | None = None,
     ) -> None:
         # Set before SyncObj.__init__: its thread may replay the journal at once.
         self._rkv_amnesiac = amnesiac
@@ -101,8 +114,21 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self._rkv_timeouts: tuple[float, float] | None = None
         self._rkv_election_holds: set[str] = set()
         self._rkv_holding = holding
-        # The round number of the append_entries being answered (ReadIndex's echo).
+        # The round number of the append_entries being answered (ReadIndex's echo), and
+        # its send number (the leader's lease).
         self.answering_round: int | None = None
+        self.answering_sent: int | None = None
+        self.pre_vote = pre_vote.PreVote(
+            VoterView(self),
+            min_timeout=conf.raftMinTimeout,
+            clock=pysyncobj_clock,
+            may_vote_for=self._may_vote_for,
+        )
+        self.lease = leader_lease.LeaderLease(
+            min_timeout=conf.raftMinTimeout,
+            step_down_after=check_quorum_after or conf.raftMaxTimeout,
+            clock=pysyncobj_clock,
+        )
         self.read_index = read_index.ReadIndex(
             SyncObjView(self),
             timeout=read_timeout,
@@ -125,6 +151,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         if journal_max_bytes is not None:
             self.addOnTickCallback(lambda: self._compact_journal_past(journal_max_bytes))
         self.addOnTickCallback(self.read_index.on_tick)
+        self.addOnTickCallback(self._check_quorum)
 
     def _wake(self) -> None:
         """Wake the raft thread from its poll (a read is waiting for it)."""
@@ -206,11 +233,60 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         """True while this member, started without raft state, has not caught up."""
         return self._rkv_amnesiac
 
+    # -- pre-vote and check-quorum (raft/pre_vote.py, raft/leader_lease.py) ------------
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        self._gate_election()
+        super()._onTick(timeToWait)
+
+    def _gate_election(self) -> None:
+        """Before pysyncobj starts an election (its timer ran out): unless a majority
+        granted a pre-vote for the term it would raise to, hold it back for another
+        timeout and ask for pre-votes instead."""
+        if self._SyncObj__raftState == _LEADER or self._SyncObj__selfNode is None:
+            return
+        now = pysyncobj_clock()
+        if self._SyncObj__raftElectionDeadline >= now:
+            return
+        if not self._SyncObj__connectedToAnyone() or self._SyncObj__transferInProgress:
+            return  # pysyncobj starts nothing / the leader asked for this election
+        if self.pre_vote.may_campaign():
+            return
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        if self.pre_vote.start():
+            self._SyncObj__raftElectionDeadline = 0.0  # a majority by itself
+
+    def _may_vote_for(self, message: dict[str, Any]) -> bool:
+        """A member that lost its raft state grants no pre-vote to a candidate with
+        history either (see below)."""
+        return not (
+            self._rkv_amnesiac
+            and (message.get("last_log_index", 0) > 1 or message.get("last_log_term", 0) > 0)
+        )
+
+    def _check_quorum(self) -> None:
+        if self._SyncObj__raftState != _LEADER:
+            return
+        if self.lease.must_step_down(self._SyncObj__otherNodes):
+            self.lease.step_downs += 1
+            logger.warning(
+                "stepping down: no majority of the members answered this leader within "
+                "%.1f s (check-quorum)",
+                self.lease.step_down_after,
+            )
+            self._SyncObj__setState(_FOLLOWER)
+            self._SyncObj__raftLeader = None
+
+    def holds_lease(self) -> bool:
+        """This leader may serve a read from its own state (any thread)."""
+        return bool(self._isLeader()) and pysyncobj_clock() < self.lease.until
+
     def won_election(self) -> None:
         """This member was elected: a majority found its log up to date, so it holds
         every committed entry and votes again. (A leader receives no append_entries, so
         the first leader of a new cluster, started without raft state like every member,
         would otherwise say it does not vote until it restarts.)"""
+        self.lease.became_leader()
         if self._rkv_amnesiac:
             self._rkv_amnesiac = False
             logger.info("elected leader: this member votes again")
@@ -220,6 +296,15 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         if kind == "next_node_idx":
             SyncObj._SyncObj__onMessageReceived(self, node, message)
             self.read_index.on_answer(node, message)
+            if self._SyncObj__raftState == _LEADER:
+                self.lease.on_answer(node, message, self._SyncObj__otherNodes)
+            return
+        if kind == pre_vote.REQUEST:
+            self.pre_vote.on_request(node, message)
+            return
+        if kind == pre_vote.RESPONSE:
+            if self.pre_vote.on_response(node, message):
+                self._SyncObj__raftElectionDeadline = 0.0  # campaign at the next tick
             return
         if kind == read_index.REQUEST:
             self.read_index.on_request(node, message)
@@ -229,6 +314,8 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             return
         if kind == "append_entries":
             self.read_index.on_append_entries(node, message)
+            if message.get("term", 0) >= self.raftCurrentTerm:
+                self.pre_vote.heard_leader()
             message = self._rkv_transmissions.receive(node, message)
             message = self._after_a_conflict(message)
             message = self._without_held_entries(message)
@@ -246,11 +333,13 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
                     term,
                 )
             return
-        self.answering_round = message.get(read_index.ROUND) if kind == "append_entries" else None
+        answering = kind == "append_entries"
+        self.answering_round = message.get(read_index.ROUND) if answering else None
+        self.answering_sent = message.get(leader_lease.SENT) if answering else None
         try:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
-            self.answering_round = None
+            self.answering_round = self.answering_sent = None
         if self._rkv_amnesiac and kind == "append_entries":
             if self._rkv_catch_up_target is None:
                 self._rkv_catch_up_target = int(message.get("commit_index", 0))
@@ -393,6 +482,31 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             if node.address == address:
                 return bool(self.isNodeConnected(node))
         return False
+
+
+class VoterView:
+    """pysyncobj's state as pre-vote reads it (raft/pre_vote.py), on its thread."""
+
+    def __init__(self, syncobj: RkvSyncObj) -> None:
+        self._syncobj = syncobj
+
+    def is_leader(self) -> bool:
+        return bool(self._syncobj._isLeader())
+
+    def term(self) -> int:
+        return int(self._syncobj.raftCurrentTerm)
+
+    def last_log(self) -> tuple[int, int]:
+        syncobj = self._syncobj
+        return int(syncobj._SyncObj__getCurrentLogIndex()), int(
+            syncobj._SyncObj__getCurrentLogTerm()
+        )
+
+    def voters(self) -> Any:
+        return self._syncobj._SyncObj__otherNodes
+
+    def send(self, node: Any, message: dict[str, Any]) -> None:
+        self._syncobj._SyncObj__transport.send(node, message)
 
 
 class SyncObjView:

@@ -96,6 +96,11 @@ class ConsensusLog(Protocol):
 
     def is_leader(self) -> bool: ...
 
+    def holds_lease(self) -> bool:
+        """This node leads, and no other leader can have been elected since a majority
+        last answered it (check-quorum's lease): a read from its own state is current."""
+        ...
+
     def leader_http_url(self) -> str | None: ...
 
     def stalled_reason(self) -> str | None:
@@ -302,8 +307,13 @@ class KvService(KvWrites):
             raise NodeNotReady(f"this node serves no reads: {reason}")
         if consistency is Consistency.LINEARIZABLE:
             await self._consensus.read_barrier()
-        elif consistency is Consistency.LEADER and not self._consensus.is_leader():
-            raise NotLeader("this node is not the leader", self._consensus.leader_http_url())
+        elif consistency is Consistency.LEADER:
+            if not self._consensus.is_leader():
+                raise NotLeader("this node is not the leader", self._consensus.leader_http_url())
+            if not self._consensus.holds_lease():
+                # Just elected, a majority silent, or handing leadership over: another
+                # leader may exist, so confirm this one first instead of answering stale.
+                await self._consensus.read_barrier()
         if min_version is not None:
             await self._wait_applied(min_version)
 

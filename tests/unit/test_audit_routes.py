@@ -44,6 +44,9 @@ class StandInRaft:
     def is_leader(self) -> bool:
         return self.leader
 
+    def holds_lease(self) -> bool:
+        return self.leader
+
     def leader_http_url(self) -> str | None:
         return "http://leader.example:8001"
 

@@ -82,6 +82,13 @@ class LeaderLease:
             if not self._revoked:
                 self.until = self.confirmed(voters) + self._min_timeout
 
+    def lost(self, node: Hashable, voters: Collection[Hashable]) -> None:
+        """The connection to ``node`` closed: it may campaign at once (pre-vote lets a
+        member whose leader's connection closed ask without waiting), so what it
+        answered no longer extends the lease."""
+        if self._heard.pop(node, None) is not None and not self._revoked:
+            self.until = min(self.until, self.confirmed(voters) + self._min_timeout)
+
     def became_leader(self) -> None:
         self._heard.clear()
         self._since = self._clock()

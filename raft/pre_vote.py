@@ -78,6 +78,11 @@ class PreVote:
         self._won = None
         self._asking = None
 
+    def leader_lost(self) -> None:
+        """This member's connection to its leader closed: the leader crashed or
+        restarted, as far as it can tell, so it no longer counts as heard."""
+        self._heard_leader = -float("inf")
+
     def may_campaign(self) -> bool:
         """Whether the election that pysyncobj is about to start may go ahead: a
         majority granted a pre-vote for the very term it will raise to."""

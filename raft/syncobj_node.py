@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,9 @@ from raft.transport import GuardedTransport
 logger = logging.getLogger(__name__)
 
 _LEADER = _RAFT_STATE.LEADER
+_SOON_AFTER_LEADER_LOST = 0.15
+"""A follower whose connection to the leader closed asks for pre-votes within this
+many seconds (drawn at random, so that the followers do not all ask at once)."""
 _FOLLOWER = _RAFT_STATE.FOLLOWER
 
 EntryApplier = Callable[[int, bytes], Any]
@@ -255,6 +259,20 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         if self.pre_vote.start():
             self._SyncObj__raftElectionDeadline = 0.0  # a majority by itself
+
+    def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
+        """A connection closed. The leader's closing (it crashed or restarted) starts
+        the pre-vote soon instead of after the whole election timeout: pre-vote keeps
+        that from disturbing a leader that a majority still hears. A leader forgets
+        when the member behind it last answered: its lease no longer counts it."""
+        SyncObj._SyncObj__onNodeDisconnected(self, node)
+        state = self._SyncObj__raftState
+        if state == _LEADER:
+            self.lease.lost(node, self._SyncObj__otherNodes)
+        elif state == _FOLLOWER and node == self._SyncObj__raftLeader:
+            self.pre_vote.leader_lost()
+            soon = pysyncobj_clock() + random.uniform(0.0, _SOON_AFTER_LEADER_LOST)
+            self._SyncObj__raftElectionDeadline = min(self._SyncObj__raftElectionDeadline, soon)
 
     def _may_vote_for(self, message: dict[str, Any]) -> bool:
         """A member that lost its raft state grants no pre-vote to a candidate with

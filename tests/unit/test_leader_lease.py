@@ -104,3 +104,16 @@ def test_a_leader_alone_never_steps_down() -> None:
     held = lease(clock)
     clock.now += 100
     assert not held.must_step_down(set())
+
+
+def test_a_member_whose_connection_closed_no_longer_extends_the_lease() -> None:
+    clock = Clock()
+    held = lease(clock)
+    voters = {"b", "c"}
+    number = held.stamp()
+    held.on_answer("b", {SENT: number}, voters)
+    assert held.holds()
+    held.lost("b", voters)  # b may campaign at once now
+    assert not held.holds()
+    held.on_answer("c", {SENT: held.stamp()}, voters)
+    assert held.holds()  # c still follows: b cannot win without it

@@ -128,3 +128,12 @@ def test_a_member_alone_is_a_majority_by_itself() -> None:
     voter = PreVote(view, min_timeout=1.0, clock=clock)
     assert voter.start() is True
     assert voter.may_campaign()
+
+
+def test_a_member_that_lost_its_leaders_connection_grants_at_once() -> None:
+    clock, view = Clock(), View()
+    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter.heard_leader()
+    assert not answer_to(voter, view, ask())
+    voter.leader_lost()
+    assert answer_to(voter, view, ask())

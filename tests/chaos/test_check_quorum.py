@@ -9,6 +9,7 @@ new leader has already overwritten.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,3 +82,26 @@ def test_an_isolated_leader_steps_down_and_never_answers_a_leader_read_stale(
     leader = wait_stable(cluster.nodes)
     got = http("GET", f"{leader.url}/v1/kv/cq/k?consistency=leader")
     assert (got.status, got.body) == (200, b"after")
+
+
+def test_a_follower_back_from_a_10_second_partition_causes_no_election(
+    cluster: ProxiedCluster,
+) -> None:
+    """Cut off, its election timer runs out again and again; with pre-vote it never
+    raises its term (nobody answers, or nobody grants), so healing deposes no one."""
+    leader = cluster.leader()
+    cluster.wait_ready()
+    term = int(http("GET", f"{leader.url}/v1/status").json()["term"])
+    follower = next(n for n in cluster.nodes if n is not leader)
+    for mode in ("blackhole", "reset"):
+        cluster.net.isolate(follower, mode=mode)
+        for i in range(50):  # writes go on without it for 10 s
+            put_ok(leader.url, f"cq/{mode}/{i}", b"v")
+            time.sleep(0.2)
+        cluster.net.heal()
+        cluster.wait_ready()  # it catches up
+        time.sleep(3)  # three election timeouts for a disruption to show
+        for node in cluster.nodes:
+            status = http("GET", f"{node.url}/v1/status").json()
+            assert int(status["term"]) == term, (mode, node.node_id, status["term"])
+        assert cluster.leader() is leader

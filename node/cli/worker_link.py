@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from node import errors
-from node.errors import NotLeader, RequestError, Unavailable
+from node.errors import Fenced, NotLeader, RequestError, Unavailable, VersionConflict
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ def encode_error(error: BaseException) -> Message:
         "code": error.code,
         "leader_url": getattr(error, "leader_url", None),
         "retry_after": getattr(error, "retry_after", None),
+        "current_version": getattr(error, "current_version", None),
+        "token": getattr(error, "token", None),
     }
 
 
@@ -97,6 +99,11 @@ def decode_error(body: Message) -> RequestError:
     error: RequestError
     if kind is NotLeader:
         error = NotLeader(message, body.get("leader_url"))
+    elif kind is VersionConflict:
+        error = VersionConflict(message, int(body.get("current_version") or 0))
+    elif kind is Fenced:
+        token = body.get("token")
+        error = Fenced(message, None if token is None else int(token))
     elif isinstance(kind, type) and issubclass(kind, RequestError):
         try:
             error = kind(message, body.get("code"))

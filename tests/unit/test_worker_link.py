@@ -10,7 +10,15 @@ import socket
 import pytest
 
 from node.cli.worker_link import Link, Message, decode_error, encode_error, link_pair
-from node.errors import LimitReached, NodeNotReady, NotLeader, RequestError, Unauthenticated
+from node.errors import (
+    Fenced,
+    LimitReached,
+    NodeNotReady,
+    NotLeader,
+    RequestError,
+    Unauthenticated,
+    VersionConflict,
+)
 from node.service.kv import Consistency
 from node.service.worker_kv import CoalescedChecks
 
@@ -69,6 +77,15 @@ def test_an_error_crosses_the_link_unchanged(error: RequestError) -> None:
     assert type(decoded) is type(error)
     assert (decoded.code, decoded.message) == (error.code, error.message)
     assert getattr(decoded, "leader_url", None) == getattr(error, "leader_url", None)
+
+
+def test_the_details_of_a_conflict_cross_the_link() -> None:
+    conflict = decode_error(encode_error(VersionConflict("changed", 17)))
+    assert isinstance(conflict, VersionConflict) and conflict.current_version == 17
+    fenced = decode_error(encode_error(Fenced("stale token", 9)))
+    assert isinstance(fenced, Fenced) and (fenced.token, fenced.code) == (9, "fenced")
+    unheld = decode_error(encode_error(Fenced("nobody holds it", None)))
+    assert isinstance(unheld, Fenced) and unheld.token is None
 
 
 def test_a_retry_after_crosses_the_link() -> None:

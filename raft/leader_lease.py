@@ -95,6 +95,12 @@ class LeaderLease:
         self._revoked = False
         self.until = -float("inf")
 
+    def resumed(self) -> None:
+        """The leader's raft thread was held and sent nothing meanwhile: the
+        step-down deadline counts from now (the lease itself is unchanged: it runs
+        from what was answered)."""
+        self._since = self._clock()
+
     def revoke(self) -> None:
         """A transfer is under way: no more lease reads until the next leadership."""
         self._revoked = True

@@ -65,7 +65,10 @@ class PreVote:
         self._min_timeout = min_timeout
         self._clock = clock
         self._may_vote_for = may_vote_for
-        self._heard_leader = -float("inf")
+        # A member just started counts as having just heard a leader: it may have
+        # answered one a moment before it stopped, and that leader's lease counts on
+        # it granting nothing for the minimum election timeout since.
+        self._heard_leader = clock()
         self._asking: int | None = None  # the term asked for, while a pre-vote runs
         self._granted: set[Hashable] = set()
         self._won: int | None = None  # the term a majority would vote for

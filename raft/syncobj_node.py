@@ -38,6 +38,8 @@ from raft.transport import GuardedTransport
 logger = logging.getLogger(__name__)
 
 _LEADER = _RAFT_STATE.LEADER
+_TICK_HELD = 0.5
+"""Seconds between two raft ticks beyond which the raft thread counts as held."""
 _SOON_AFTER_LEADER_LOST = 0.15
 """A follower whose connection to the leader closed asks for pre-votes within this
 many seconds (drawn at random, so that the followers do not all ask at once)."""
@@ -128,6 +130,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             clock=pysyncobj_clock,
             may_vote_for=self._may_vote_for,
         )
+        self._rkv_last_check = pysyncobj_clock()
         self.lease = leader_lease.LeaderLease(
             min_timeout=conf.raftMinTimeout,
             step_down_after=check_quorum_after or conf.raftMaxTimeout,
@@ -283,7 +286,14 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
         )
 
     def _check_quorum(self) -> None:
+        now = pysyncobj_clock()
+        held, self._rkv_last_check = now - self._rkv_last_check, now
         if self._SyncObj__raftState != _LEADER:
+            return
+        if held > _TICK_HELD:
+            # This thread was held (a long apply or fsync, no CPU): it sent nothing
+            # meanwhile and has not read the answers waiting for it yet. Count from now.
+            self.lease.resumed()
             return
         if self.lease.must_step_down(self._SyncObj__otherNodes):
             self.lease.step_downs += 1

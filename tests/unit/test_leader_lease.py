@@ -117,3 +117,17 @@ def test_a_member_whose_connection_closed_no_longer_extends_the_lease() -> None:
     assert not held.holds()
     held.on_answer("c", {SENT: held.stamp()}, voters)
     assert held.holds()  # c still follows: b cannot win without it
+
+
+def test_after_the_leaders_thread_was_held_the_step_down_counts_from_then() -> None:
+    clock = Clock()
+    held = lease(clock)
+    voters = {"b", "c"}
+    number = held.stamp()
+    held.on_answer("b", {SENT: number}, voters)
+    clock.now += 3.0  # the raft thread was held: nothing sent, nothing read
+    held.resumed()
+    assert not held.must_step_down(voters)
+    assert not held.holds()  # the lease runs from what was answered, not from now
+    clock.now += 2.1
+    assert held.must_step_down(voters)

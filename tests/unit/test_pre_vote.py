@@ -15,6 +15,11 @@ class Clock:
         return self.now
 
 
+def started_long_ago(voter: PreVote, clock: Clock) -> PreVote:
+    clock.now += 10.0
+    return voter
+
+
 class View:
     def __init__(self, term: int = 5, last_log: tuple[int, int] = (10, 5)) -> None:
         self.leading = False
@@ -53,7 +58,7 @@ def answer_to(voter: PreVote, view: View, message: dict[str, Any]) -> bool:
 
 def test_a_member_that_hears_a_leader_refuses() -> None:
     clock, view = Clock(), View()
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     voter.heard_leader()
     clock.now += 0.9
     assert not answer_to(voter, view, ask())
@@ -61,15 +66,28 @@ def test_a_member_that_hears_a_leader_refuses() -> None:
     assert answer_to(voter, view, ask())
 
 
+def test_a_member_just_started_refuses_for_the_minimum_election_timeout() -> None:
+    """It may have answered a leader just before it stopped: that leader's lease
+    counts on it granting nothing for that long."""
+    clock, view = Clock(), View()
+    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    assert not answer_to(voter, view, ask())
+    clock.now += 1.1
+    assert answer_to(voter, view, ask())
+
+
 def test_a_leader_refuses() -> None:
     clock, view = Clock(), View()
     view.leading = True
-    assert not answer_to(PreVote(view, min_timeout=1.0, clock=clock), view, ask())
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
+    assert not answer_to(voter, view, ask())
+    view.leading = False
+    assert answer_to(voter, view, ask())
 
 
 def test_an_asker_behind_in_log_or_term_is_refused() -> None:
     clock, view = Clock(), View(term=5, last_log=(10, 5))
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     assert not answer_to(voter, view, ask(last_term=4, index=50))  # older last term
     assert not answer_to(voter, view, ask(index=9))  # same term, shorter log
     assert not answer_to(voter, view, ask(term=5))  # its next term is not above ours
@@ -79,20 +97,22 @@ def test_an_asker_behind_in_log_or_term_is_refused() -> None:
 
 def test_a_member_without_raft_state_refuses_a_candidate_with_history() -> None:
     clock, view = Clock(), View(term=0, last_log=(0, 0))
-    voter = PreVote(view, min_timeout=1.0, clock=clock, may_vote_for=lambda m: False)
+    voter = started_long_ago(
+        PreVote(view, min_timeout=1.0, clock=clock, may_vote_for=lambda m: False), clock
+    )
     assert not answer_to(voter, view, ask())
 
 
 def test_granting_changes_nothing_on_the_voter() -> None:
     clock, view = Clock(), View()
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     assert answer_to(voter, view, ask(term=9))
     assert view.current_term == 5
 
 
 def test_a_majority_of_grants_lets_the_member_campaign_for_that_term_only() -> None:
     clock, view = Clock(), View(term=5)
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     assert not voter.may_campaign()
     assert voter.start() is False
     asked = {node for node, message in view.sent if message["type"] == REQUEST}
@@ -106,7 +126,7 @@ def test_a_majority_of_grants_lets_the_member_campaign_for_that_term_only() -> N
 
 def test_hearing_a_leader_cancels_a_won_pre_vote() -> None:
     clock, view = Clock(), View(term=5)
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     voter.start()
     assert voter.on_response("b", {"type": RESPONSE, "term": 6, "granted": True})
     voter.heard_leader()
@@ -115,7 +135,7 @@ def test_hearing_a_leader_cancels_a_won_pre_vote() -> None:
 
 def test_a_won_pre_vote_is_for_the_next_term_only() -> None:
     clock, view = Clock(), View(term=5)
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     voter.start()
     assert voter.on_response("b", {"type": RESPONSE, "term": 6, "granted": True})
     view.current_term = 6  # a leader of term 6 appeared meanwhile
@@ -125,14 +145,14 @@ def test_a_won_pre_vote_is_for_the_next_term_only() -> None:
 def test_a_member_alone_is_a_majority_by_itself() -> None:
     clock, view = Clock(), View()
     view.others = set()
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     assert voter.start() is True
     assert voter.may_campaign()
 
 
 def test_a_member_that_lost_its_leaders_connection_grants_at_once() -> None:
     clock, view = Clock(), View()
-    voter = PreVote(view, min_timeout=1.0, clock=clock)
+    voter = started_long_ago(PreVote(view, min_timeout=1.0, clock=clock), clock)
     voter.heard_leader()
     assert not answer_to(voter, view, ask())
     voter.leader_lost()

@@ -25,6 +25,8 @@ for business outcomes inside apply (a failed compare-and-set is a
         │   ├── Fenced                a write's fencing token is not the lock holder's
         │   └── LockHeld              a lock was not got within its timeout
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
+        ├── NoSpace                   a nospace alarm is raised: writes that add data wait
+        │                             for an operator to free space and disarm it
         ├── AuditExportFailed         this node's export of an audit failed
         ├── LimitReached              a bounded resource is full (``code`` names the limit)
         ├── Unauthenticated           no credentials, or credentials that do not check
@@ -203,6 +205,14 @@ class AuditExportFailed(RequestError):
     The cut cannot be taken again: run a new audit."""
 
     code = "audit_export_failed"
+
+
+class NoSpace(RequestError):
+    """A member raised a nospace alarm (its disk is full or its data passed
+    --quota-bytes): the cluster refuses writes that add data until an operator frees
+    space and disarms the alarm (507). The message names the member and the reason."""
+
+    code = "no_space"
 
 
 class LimitReached(RequestError):

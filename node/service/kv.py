@@ -40,12 +40,15 @@ from node.errors import (
     TransferExpired,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved
+from node.service.alarms import current_alarms, disarm_alarms
 from node.service.kv_writes import KvWrites, result_error
 from node.service.load_limits import LoadLimits
 from node.service.pace import Pace
 from node.service.readiness import DEFAULT_MIN_FREE_BYTES, Readiness, disk_problem, run_checks
 from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
 from node.snapshot.stream import SnapshotStream
+from node.state.alarm_commands import AlarmKind
+from node.state.alarms import Alarm
 from node.state.commands import (
     MAX_TXN_OPS,
     Command,
@@ -554,6 +557,16 @@ class KvService(KvWrites):
             items = view.scan(CHECKPOINTS_PREFIX, limit=10_000, include_internal=True)
         skip = len(CHECKPOINTS_PREFIX)
         return [(key[skip:].decode(), stored.value, stored.version) for key, stored in items]
+
+    # -- alarms (node/service/alarms.py) -----------------------------------------------
+
+    def alarms(self) -> tuple[Alarm, ...]:
+        """The alarms raised in this node's applied state."""
+        return current_alarms(self._store)
+
+    async def disarm_alarms(self, member: str | None, kind: AlarmKind) -> tuple[Alarm, ...]:
+        """Disarm ``kind`` on ``member`` (None: every member); the alarms left."""
+        return await disarm_alarms(self._consensus, self._store, member, kind)
 
     # -- membership -----------------------------------------------------------------
 

@@ -27,7 +27,7 @@ checked.
   ``\\x00rkv/locks/jobs/`` covers every lock under ``jobs/``);
 - ``read`` on the alarms' internal prefix ``\\x00rkv/alarms/`` to list the alarms
   (a read permission on a prefix at or above it, such as the whole keyspace,
-  covers it); disarming one needs ``admin``;
+  covers it; so does admin); disarming one needs ``admin``;
 - ``admin``: the cluster endpoints and the management of users and roles.
 """
 
@@ -168,7 +168,7 @@ def authorize(need: Need, principal: Principal, request: web.Request) -> None:
         _require_key(principal, lock_key(lock_name(request.match_info["name"])), kind)
         return
     if need is Need.READ_ALARMS:
-        if not principal.allows_prefix(ALARMS_PREFIX, PermissionKind.READ):
+        if not principal.admin and not principal.allows_prefix(ALARMS_PREFIX, PermissionKind.READ):
             raise PermissionDenied(
                 f"{principal.name} needs read on the alarms' internal prefix "
                 f"{describe_key(ALARMS_PREFIX)}"

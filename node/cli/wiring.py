@@ -33,6 +33,7 @@ from node.service.kv import KvService
 from node.service.lease_clock import LeaseClock
 from node.service.leases import LeaseService
 from node.service.login_limits import FailedLogins
+from node.service.space import SpaceMonitor, default_quota
 from node.state.auth_records import AUTH_META_KEY, decode_meta
 from node.state.machine import StateMachine
 from node.storage.compactor import Compactor
@@ -61,16 +62,9 @@ async def serve(
             headers=member_headers(config.secret, config.node_id),
         ),
     )
-    # Set before raft starts: an audit entry applied at start-up is exported too.
-    exporter = AuditExporter(
-        config.audit_path,
-        config.node_id,
-        storage.commit_log,
-        RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
-    )
-    machine.audit_hook = exporter.hook
-    leases = lease_service(config, consensus, storage)
-    machine.lease_hook = leases.on_applied
+    exporter = audit_exporter(config, storage, machine)
+    leases = lease_service(config, consensus, storage, machine)
+    space = space_monitor(config, machine, consensus)
     try:
         await consensus.start()
         compactor = Compactor(
@@ -124,6 +118,7 @@ async def serve(
             lease_status=leases.status,
             data_paths=(config.data_dir,),
             min_free_bytes=config.diagnostics.ready_min_free_bytes,
+            space_problem=lambda: space.problem,
             version=rkv_version(),
             load_limits=config.load,
         )
@@ -134,6 +129,7 @@ async def serve(
             consensus, storage.store, exporter, stall_timeout=config.transfer_idle_timeout
         )
         pruner = asyncio.create_task(prune_audit_exports(exporter))
+        space_checks = asyncio.create_task(space.run(config.space.check_interval))
         lease_sweeper = asyncio.create_task(leases.sweep())
         workers = http_workers(config, service, auth, storage.store)
         http = HttpServer(
@@ -173,7 +169,15 @@ async def serve(
             await stop.wait()
         finally:
             logger.info("node %s stopping", config.node_id)
-            for task in (background, sweeper, pruner, lease_sweeper, joining, bootstrap):
+            for task in (
+                background,
+                sweeper,
+                pruner,
+                lease_sweeper,
+                space_checks,
+                joining,
+                bootstrap,
+            ):
                 if task is not None:
                     task.cancel()
             await stop_http(http, workers)
@@ -188,8 +192,42 @@ async def serve(
         logger.info("node %s stopped", config.node_id)
 
 
+def audit_exporter(
+    config: NodeConfig, storage: NodeStorage, machine: StateMachine
+) -> AuditExporter:
+    """The node's audit exports, hooked to the state machine before raft starts, so an
+    audit entry applied at start-up is exported too."""
+    exporter = AuditExporter(
+        config.audit_path,
+        config.node_id,
+        storage.commit_log,
+        RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
+    )
+    machine.audit_hook = exporter.hook
+    return exporter
+
+
+def space_monitor(
+    config: NodeConfig, machine: StateMachine, consensus: RaftConsensus
+) -> SpaceMonitor:
+    """The node's quota (by default a part of its filesystem, measured now) and its
+    watch on usage and full disks (node/service/space.py)."""
+    quota = config.space.quota_bytes
+    if quota is None:
+        quota = default_quota(config.data_dir)
+    logger.info("space quota: %d bytes (--quota-bytes)", quota)
+    return SpaceMonitor(
+        config.node_id,
+        config.data_dir,
+        quota,
+        machine.alarms,
+        consensus,
+        free_floor=config.diagnostics.ready_min_free_bytes,
+    )
+
+
 def lease_service(
-    config: NodeConfig, consensus: RaftConsensus, storage: NodeStorage
+    config: NodeConfig, consensus: RaftConsensus, storage: NodeStorage, machine: StateMachine
 ) -> LeaseService:
     """Leases and locks, with a clock loaded from the state before raft applies anything,
     promoted (every deadline pushed one election timeout on) when this node wins an
@@ -209,6 +247,7 @@ def lease_service(
     consensus.role_listeners.append(on_role)
     # A state install replaced the leases this node knew: each due a TTL from now.
     consensus.catch_up_listeners.append(lambda pulled: leases.load_clock())
+    machine.lease_hook = leases.on_applied
     return leases
 
 

@@ -186,6 +186,7 @@ class KvService(KvWrites):
         lease_status: Callable[[], dict[str, Any]] | None = None,
         data_paths: tuple[Path, ...] = (),
         min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
+        space_problem: Callable[[], str | None] = lambda: None,
         version: str = "unknown",
         load_limits: LoadLimits | None = None,
     ) -> None:
@@ -200,6 +201,7 @@ class KvService(KvWrites):
         )
         self._data_paths = data_paths
         self._min_free_bytes = min_free_bytes
+        self._space_problem = space_problem
         self._version = version
         self._lease_status = lease_status
         self._member_url_changes = member_url_changes
@@ -605,7 +607,7 @@ class KvService(KvWrites):
         an unknown name is an InvalidRequest."""
         return run_checks(
             self._consensus.readiness(),
-            lambda: disk_problem(self._data_paths, self._min_free_bytes),
+            lambda: self._space_problem() or disk_problem(self._data_paths, self._min_free_bytes),
             exclude,
         )
 

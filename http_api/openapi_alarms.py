@@ -9,6 +9,7 @@ from http_api.openapi_common import errors, json_content
 from node.state.alarm_commands import AlarmKind
 
 _KINDS = [kind.value for kind in AlarmKind]
+_KIND = {"type": "string", "enum": _KINDS, "default": AlarmKind.NOSPACE.value}
 ALARM = {
     "type": "object",
     "required": ["member", "kind", "reason", "raised_ms"],
@@ -42,7 +43,31 @@ def alarm_paths() -> dict[str, Any]:
                 "raised the cluster refuses writes that add data with 507 no_space; "
                 "deletes, compaction and reads go on. Read from this node's applied state.",
                 "responses": {"200": _ALARMS},
-            }
+            },
+            "post": {
+                "summary": "Raise an alarm for a member (what a member does for itself)",
+                "description": "A member whose disk is full asks another member to "
+                "propose its nospace alarm when its own raft cannot. Proposed only when "
+                "this node's state does not hold it yet. The answer lists the alarms.",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["member"],
+                                "properties": {
+                                    "member": {"type": "string"},
+                                    "kind": _KIND,
+                                    "reason": {"type": "string"},
+                                },
+                                "additionalProperties": False,
+                            }
+                        }
+                    },
+                },
+                "responses": {"200": _ALARMS, **errors(400, 503)},
+            },
         },
         "/v1/alarms:disarm": {
             "post": {
@@ -59,11 +84,7 @@ def alarm_paths() -> dict[str, Any]:
                             "schema": {
                                 "type": "object",
                                 "properties": {
-                                    "kind": {
-                                        "type": "string",
-                                        "enum": _KINDS,
-                                        "default": "nospace",
-                                    },
+                                    "kind": _KIND,
                                     "member": {"type": "string"},
                                 },
                                 "additionalProperties": False,

@@ -104,6 +104,7 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", ELECTION): Need.READ_LOCK,
     # the cluster
     ("GET", "/v1/alarms"): Need.READ_ALARMS,
+    ("POST", "/v1/alarms"): Need.ADMIN,  # members hold admin (a member raising its own)
     ("POST", "/v1/alarms:disarm"): Need.ADMIN,
     ("GET", "/v1/checkpoints"): Need.ADMIN,
     ("GET", "/v1/cluster/members"): Need.ADMIN,

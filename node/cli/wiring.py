@@ -24,6 +24,7 @@ from node.cli.join import Discovery, Member, announce
 from node.cli.node_metrics import NodeCollector, NodeParts
 from node.cli.secure_start import auth_state_problem, insecure_warning
 from node.cli.settings import NodeConfig
+from node.cli.space_watch import space_monitor
 from node.errors import ConfigError, RequestError
 from node.service.audit import AuditService
 from node.service.auth import AuthService
@@ -33,7 +34,6 @@ from node.service.kv import KvService
 from node.service.lease_clock import LeaseClock
 from node.service.leases import LeaseService
 from node.service.login_limits import FailedLogins
-from node.service.space import SpaceMonitor, default_quota
 from node.state.auth_records import AUTH_META_KEY, decode_meta
 from node.state.machine import StateMachine
 from node.storage.compactor import Compactor
@@ -205,25 +205,6 @@ def audit_exporter(
     )
     machine.audit_hook = exporter.hook
     return exporter
-
-
-def space_monitor(
-    config: NodeConfig, machine: StateMachine, consensus: RaftConsensus
-) -> SpaceMonitor:
-    """The node's quota (by default a part of its filesystem, measured now) and its
-    watch on usage and full disks (node/service/space.py)."""
-    quota = config.space.quota_bytes
-    if quota is None:
-        quota = default_quota(config.data_dir)
-    logger.info("space quota: %d bytes (--quota-bytes)", quota)
-    return SpaceMonitor(
-        config.node_id,
-        config.data_dir,
-        quota,
-        machine.alarms,
-        consensus,
-        free_floor=config.diagnostics.ready_min_free_bytes,
-    )
 
 
 def lease_service(

@@ -53,8 +53,20 @@ async def disarm_alarms(
     return current_alarms(store)
 
 
+async def raise_for(
+    consensus: Proposer, store: LmdbStore, member: str, kind: AlarmKind, reason: str
+) -> tuple[Alarm, ...]:
+    """Raise ``kind`` for ``member`` (a member asking for itself, POST /v1/alarms)
+    unless this node's state holds it already (then no entry); the alarms after."""
+    if problem := member_id_problem(member):
+        raise InvalidRequest(problem, "invalid_alarm")
+    if not any(a.member == member and a.kind is kind for a in current_alarms(store)):
+        await raise_alarm(consensus, member, kind, reason)
+    return current_alarms(store)
+
+
 async def raise_alarm(consensus: Proposer, member: str, kind: AlarmKind, reason: str) -> None:
-    """Raise ``kind`` on behalf of ``member`` (this node); a no-op if it is raised."""
+    """Propose ``kind`` raised by ``member``; a no-op if it is raised already."""
     result = await consensus.propose(RaiseAlarm(member, kind, reason[:MAX_ALARM_REASON_CHARS]))
     if result.code is not ResultCode.OK:
         raise result_error(result)

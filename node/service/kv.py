@@ -40,7 +40,7 @@ from node.errors import (
     TransferExpired,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved
-from node.service.alarms import current_alarms, disarm_alarms
+from node.service.alarms import current_alarms, disarm_alarms, raise_for
 from node.service.kv_writes import KvWrites, result_error
 from node.service.load_limits import LoadLimits
 from node.service.pace import Pace
@@ -565,6 +565,10 @@ class KvService(KvWrites):
     def alarms(self) -> tuple[Alarm, ...]:
         """The alarms raised in this node's applied state."""
         return current_alarms(self._store)
+
+    async def raise_alarm(self, member: str, kind: AlarmKind, reason: str) -> tuple[Alarm, ...]:
+        """Raise ``kind`` for ``member`` unless raised; the alarms after."""
+        return await raise_for(self._consensus, self._store, member, kind, reason)
 
     async def disarm_alarms(self, member: str | None, kind: AlarmKind) -> tuple[Alarm, ...]:
         """Disarm ``kind`` on ``member`` (None: every member); the alarms left."""

@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from node.errors import EntryDecodeError, UnsupportedEntryVersion
+from node.errors import EntryDecodeError, UnsupportedEntryVersion, out_of_space
 from node.keyspace import ALARMS_PREFIX, MAX_KEY_BYTES, RESERVED_PREFIX
 from node.state.alarm_commands import DisarmAlarm, RaiseAlarm
 from node.state.alarms import (
@@ -141,6 +141,10 @@ class StateMachine:
         self._alarms_index = -1
         self.audit_hook: AuditHook | None = None
         """Set by the composition root; see the module docs."""
+        self.space_hook: Callable[[str], None] | None = None
+        """Set by the composition root: told why, when an entry cannot be applied for
+        want of space (the entry is retried; node/service/space.py raises the alarm).
+        It must be quick and never raise."""
         self.lease_hook: LeaseHook | None = None
         """Set by the composition root: told what each applied entry did to leases and
         locks (node/service/lease_clock.py). It must be quick and never raise."""
@@ -192,7 +196,18 @@ class StateMachine:
 
         For a skipped index the results are the ones computed the first time if
         this process still remembers them, else a single ALREADY_APPLIED result.
+        A failure to write (raised; raft retries the entry) that means the disk is
+        full is also told to :attr:`space_hook`.
         """
+        try:
+            return self._apply(raft_index, entry)
+        except Exception as exc:
+            full = out_of_space(exc)
+            if full is not None and self.space_hook is not None:
+                self.space_hook(full)
+            raise
+
+    def _apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
         if self._log.last_offset > self._store.applied_offset:
             # An earlier apply appended to the log but failed before LMDB
             # committed (and raft is retrying): bring LMDB up to the log first,

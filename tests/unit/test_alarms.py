@@ -205,3 +205,29 @@ def test_the_alarm_survives_a_reopen_and_travels_in_a_snapshot(tmp_path: Path) -
     assert stored is not None and stored.value == b"1"
     leader.close()
     follower.close()
+
+
+def test_an_apply_that_meets_a_full_disk_tells_the_space_hook_and_can_be_retried(
+    storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from node.errors import StoreFullError  # noqa: PLC0415
+
+    apply = Applier(storage)
+    told: list[str] = []
+    apply.machine.space_hook = told.append
+    real_write = storage.store.write
+
+    def full(*args: Any) -> None:
+        raise StoreFullError("LMDB write failed: No space left on device")
+
+    monkeypatch.setattr(storage.store, "write", full)
+    entry = encode_entry(Batch((Put(b"k", b"v"),), 5))
+    with pytest.raises(StoreFullError):
+        apply.machine.apply(1, entry)
+    assert told == ["LMDB write failed: No space left on device"]
+    monkeypatch.setattr(storage.store, "write", real_write)
+    # raft's retry, once space is back: the log had the records, LMDB catches up to it
+    (result,) = apply.machine.apply(1, entry)
+    assert result.code is ResultCode.ALREADY_APPLIED
+    assert storage.store.get(b"k").value == b"v"
+    assert len(list(storage.commit_log.read(1))) == 1  # the record is not written twice

@@ -151,6 +151,9 @@ class NoService:
     def alarms(self) -> tuple[Alarm, ...]:
         raise AssertionError("not served")
 
+    async def raise_alarm(self, member: str, kind: AlarmKind, reason: str) -> tuple[Alarm, ...]:
+        raise AssertionError("not served")
+
     async def disarm_alarms(self, member: str | None, kind: AlarmKind) -> tuple[Alarm, ...]:
         raise AssertionError("not served")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,36 @@ def test_bad_disarm_requests_are_400s(kv: LocalCluster) -> None:
         assert status == 400 and answer["code"] in ("invalid_alarm", "invalid_request"), body
     refused_cli = rkv("alarm", "disarm", "--member", "a/b", "--url", leader.url)
     assert refused_cli.code == 1 and "[invalid_alarm]" in refused_cli.err
+
+
+def test_writes_served_by_http_workers_are_refused_the_same_way(tmp_path: Path) -> None:
+    kv = LocalCluster(tmp_path / "workers", extra_args=[*CHECK, "--http-workers", "1"])
+    try:
+        kv.start()
+        over_quota(kv)
+        leader = kv.leader()
+
+        def worker_ready() -> bool:
+            listed = http("GET", leader.url + "/v1/status").json().get("http_workers") or []
+            return bool(listed) and all(w["ready"] for w in listed)
+
+        wait_until(worker_ready, 60, "the leader's HTTP worker")
+        conn = HTTPConnection("127.0.0.1", leader.http_port, timeout=15)
+        try:
+            # A connection whose first request is a key-value write goes to a worker.
+            conn.request("PUT", "/v1/kv/from-a-worker", body=b"v")
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            listed = http("GET", leader.url + "/v1/status").json()["http_workers"]
+            assert sum(w["connections"] for w in listed) == 1  # this one, in the worker
+        finally:
+            conn.close()
+        refused(response.status, body)
+        conn = HTTPConnection("127.0.0.1", leader.http_port, timeout=15)
+        try:
+            conn.request("DELETE", "/v1/kv/absent")
+            assert conn.getresponse().status == 404  # decided, not refused
+        finally:
+            conn.close()
+    finally:
+        kv.stop()

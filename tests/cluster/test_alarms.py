@@ -122,6 +122,9 @@ def test_a_member_over_its_quota_stops_writes_that_add_data_until_disarmed(
     assert call(leader, "POST", "/v1/admin/compact")[0] == 200
     assert call(leader, "GET", "/v1/kv/kept")[0] == 404  # deleted by the txn
 
+    put = rkv("put", "cli", "v", "--url", leader.url)
+    assert put.code == 1 and "[no_space]" in put.err and "n2" in put.err, put.both
+
     # Disarmed while n2 is still over its quota: n2 raises it again.
     listed = rkv("alarm", "list", "--url", leader.url)
     assert listed.code == 0 and listed.out.startswith("n2\tnospace\tover quota"), listed.both

@@ -350,15 +350,17 @@ class StateMachine:
         records = writer.records
         offset = writer.offset
         results: list[CommandResult] = []
+        no_space = writer.no_space  # a raised nospace alarm's message (node/state/alarms.py)
         for command in commands:
             kind = type(command)  # exact type tests: the cheapest dispatch on the hot path
-            if kind is not Delete and writer.no_space is not None and adds_data(command):
-                results.append(no_space_refusal(writer.no_space))
+            if no_space is not None and kind is not Delete and adds_data(command):
+                results.append(no_space_refusal(no_space))
                 continue
             if kind is not Put and kind is not Delete:
                 writer.offset = offset
                 results.append(self._decide_other(writer, command))
                 offset = writer.offset
+                no_space = writer.no_space  # an alarm command may have changed it
                 continue
             command = cast(Put | Delete, command)  # `kind` told: mypy cannot see it
             key = command.key

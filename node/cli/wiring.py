@@ -149,6 +149,7 @@ async def serve(
                     compactor=compactor,
                     producer_count=machine.known_producer_count,
                     lease_count=lambda: int(leases.status()["count"]),
+                    space=space.gauges,
                 )
             ),
             workers=workers,

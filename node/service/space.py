@@ -186,6 +186,11 @@ class SpaceMonitor:
             )
         return problem
 
+    def gauges(self) -> tuple[int, int, int]:
+        """(nospace alarms raised in the state, data bytes last measured, the quota)."""
+        alarms = sum(a.kind is AlarmKind.NOSPACE for a in self._alarms())
+        return alarms, self.usage_bytes, self.quota_bytes
+
     def _raised(self) -> bool:
         return any(a.member == self._member and a.kind is AlarmKind.NOSPACE for a in self._alarms())
 

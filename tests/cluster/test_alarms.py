@@ -96,6 +96,10 @@ def test_a_member_over_its_quota_stops_writes_that_add_data_until_disarmed(
     assert ready["ready"] is False and ready["checks"]["storage"].startswith("failed: over quota")
     for other in kv.nodes[:2]:
         assert http("GET", other.url + "/readyz").json()["checks"]["storage"] == "ok"
+        scraped = http("GET", other.url + "/metrics").body.decode()
+        assert "\nrkv_space_nospace_alarms 1.0\n" in scraped
+    scraped = http("GET", full.url + "/metrics").body.decode()
+    assert "\nrkv_space_quota_bytes 1.0\n" in scraped
     leader = kv.leader()
 
     # Writes that add data are refused...

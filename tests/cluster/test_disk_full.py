@@ -154,4 +154,17 @@ def test_a_write_that_meets_enospc_raises_the_alarm_and_nothing_crashes(
     assert alarm["member"] == "n2" and "disk full" in alarm["reason"]
     assert full.alive
     assert "No space left on device" in full.log_path.read_text(errors="replace")
+    # Restarted on its full disk, it comes up (no restart loop) and still says why.
+    cluster.kill(2)
+    cluster.start_node(2)
+
+    def answers_not_ready() -> bool:
+        try:
+            answer = http("GET", full.url + "/readyz", timeout=5)
+        except OSError:
+            return False
+        return answer.status == 503 and "disk full" in answer.body.decode()
+
+    wait_until(answers_not_ready, 60, "the restarted n2 to answer /readyz")
+    assert full.alive
     recovers(cluster, leader, acked)

@@ -7,6 +7,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client.registry import Collector
 
 from http_api import (
+    routes_alarms,
     routes_audit,
     routes_auth,
     routes_elections,
@@ -89,6 +90,7 @@ def build_app(
     routes_writes.add_routes(app, SERVICE)
     routes_load.add_routes(app, SERVICE)
     routes_node.add_routes(app, SERVICE)
+    routes_alarms.add_routes(app, SERVICE)
     routes_health.add_routes(app, SERVICE)
     routes_log.add_routes(app, SERVICE)
     routes_snapshot.add_routes(app, SERVICE)

@@ -11,6 +11,8 @@ from node.service.lease_types import Fence
 from node.service.load_limits import LoadLimits
 from node.service.readiness import Readiness
 from node.service.types import CompactionResult, Record, StoredValue
+from node.state.alarm_commands import AlarmKind
+from node.state.alarms import Alarm
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
@@ -128,6 +130,12 @@ class KvApi(KvReads, KvWriteApi, Protocol):
     async def execute(self, command: Command) -> CommandResult: ...
 
     async def compact(self, force: bool = True) -> CompactionResult: ...
+
+    def alarms(self) -> tuple[Alarm, ...]: ...
+
+    async def raise_alarm(self, member: str, kind: AlarmKind, reason: str) -> tuple[Alarm, ...]: ...
+
+    async def disarm_alarms(self, member: str | None, kind: AlarmKind) -> tuple[Alarm, ...]: ...
 
     @property
     def log_head(self) -> int: ...

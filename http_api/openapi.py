@@ -2,6 +2,7 @@
 
 The parts: http_api/openapi_kv.py (/v1/kv, /v1/txn, /v1/producers),
 openapi_node.py (node, log, watch, snapshot, admin and cluster endpoints),
+openapi_alarms.py (the alarms),
 openapi_audit.py (the consistency audit's endpoints and schemas),
 openapi_auth.py (users, roles, tokens, and every operation's security from the
 permission table), openapi_leases.py (leases), openapi_locks.py (locks and
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from http_api.openapi_alarms import alarm_paths
 from http_api.openapi_audit import audit_paths, audit_schemas
 from http_api.openapi_auth import SECURITY_SCHEMES, auth_paths, secure
 from http_api.openapi_health import health_paths
@@ -46,6 +48,7 @@ def openapi_document() -> dict[str, Any]:
                 **lease_paths(),
                 **lock_paths(),
                 **node_paths(),
+                **alarm_paths(),
                 **metrics_paths(),
                 **health_paths(),
                 **audit_paths(),

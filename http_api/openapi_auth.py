@@ -279,6 +279,8 @@ _NEED_TEXT = {
     Need.WRITE_KEY: "write on the key",
     Need.READWRITE_KEY: "readwrite on the key",
     Need.READ_PREFIX: "read on the prefix (a prefix permission at or above it)",
+    Need.READ_ALARMS: "read on the alarms' internal prefix \\x00rkv/alarms/ (a prefix "
+    "permission at or above it covers it)",
     Need.READ_LOCK: "read on the lock's internal key \\x00rkv/locks/NAME (a prefix "
     "permission at or above it covers it)",
     Need.WRITE_LOCK: "write on the lock's internal key \\x00rkv/locks/NAME (a prefix "

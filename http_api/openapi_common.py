@@ -65,6 +65,11 @@ _ERROR_TEXT = {
     "(--max-lease-attachments: a put's or txn put's lease)",
     500: "audit_export_failed: this node's export of the audit failed (the message says "
     "why; run a new audit), or internal_error",
+    507: "no_space: a member raised a NOSPACE alarm (its disk is full, or its data "
+    "passed --quota-bytes); the cluster refuses writes that add data (puts, txns with a "
+    "put, incr or append op, incr, append, bulk loads, lease grants, locks, producers) "
+    "until an operator frees space and disarms it (POST /v1/alarms:disarm); the message "
+    "names the member and the reason. Deletes and reads go on",
     503: "not_applied (safe to retry), unknown_outcome, overloaded (Retry-After), "
     "no_leader, node_not_ready, audits_unavailable, leases_unavailable (a put with lease "
     "or ttl on a node without leases), or auth_starting (a node given "

@@ -72,6 +72,7 @@ def _key_paths() -> dict[str, Any]:
                 413,
                 429,
                 503,
+                507,
             ),
         },
         "post": {
@@ -120,6 +121,7 @@ def _key_paths() -> dict[str, Any]:
                 409,
                 413,
                 503,
+                507,
             ),
         },
         "get": {
@@ -202,6 +204,7 @@ def _txn() -> dict[str, Any]:
             413,
             429,
             503,
+            507,
         ),
     }
 

@@ -46,6 +46,7 @@ _ERROR_TEXT = {
     408: "The body sent nothing for --http-read-timeout seconds",
     413: "A value over --max-value-bytes (payload_too_large) or a line longer than the "
     "largest key and value take (line_too_long)",
+    507: "no_space: a NOSPACE alarm is raised (GET /v1/alarms); the lines before are committed",
     503: "A chunk could not be committed (no quorum, overloaded, unknown outcome): "
     "retry from the lines committed",
 }

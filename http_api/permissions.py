@@ -25,6 +25,9 @@ checked.
   ``\\x00rkv/locks/NAME`` to lock, unlock, campaign, proclaim and resign,
   ``read`` on it to look or observe (a prefix permission on
   ``\\x00rkv/locks/jobs/`` covers every lock under ``jobs/``);
+- ``read`` on the alarms' internal prefix ``\\x00rkv/alarms/`` to list the alarms
+  (a read permission on a prefix at or above it, such as the whole keyspace,
+  covers it; so does admin); disarming one needs ``admin``;
 - ``admin``: the cluster endpoints and the management of users and roles.
 """
 
@@ -37,6 +40,7 @@ from aiohttp import web
 from http_api.encoding import key_from_path, raw_query
 from http_api.lease_input import lock_name
 from node.errors import PermissionDenied
+from node.keyspace import ALARMS_PREFIX
 from node.service.auth import Principal
 from node.state.auth_records import PermissionKind, describe_key
 from node.state.commands import Txn, TxnAppend, TxnDelete, TxnGet, TxnIncr, TxnOp, TxnPut
@@ -50,6 +54,7 @@ class Need(enum.Enum):
     WRITE_KEY = "write on the key"
     READWRITE_KEY = "readwrite on the key"
     READ_PREFIX = "read on the prefix"
+    READ_ALARMS = "read on the alarms"
     READ_LOCK = "read on the lock"
     WRITE_LOCK = "write on the lock"
     TXN = "per op"
@@ -98,6 +103,9 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("DELETE", ELECTION): Need.WRITE_LOCK,
     ("GET", ELECTION): Need.READ_LOCK,
     # the cluster
+    ("GET", "/v1/alarms"): Need.READ_ALARMS,
+    ("POST", "/v1/alarms"): Need.ADMIN,  # members hold admin (a member raising its own)
+    ("POST", "/v1/alarms:disarm"): Need.ADMIN,
     ("GET", "/v1/checkpoints"): Need.ADMIN,
     ("GET", "/v1/cluster/members"): Need.ADMIN,
     ("POST", "/v1/cluster/members"): Need.ADMIN,
@@ -159,6 +167,13 @@ def authorize(need: Need, principal: Principal, request: web.Request) -> None:
     if need in (Need.READ_LOCK, Need.WRITE_LOCK):
         kind = PermissionKind.READ if need is Need.READ_LOCK else PermissionKind.WRITE
         _require_key(principal, lock_key(lock_name(request.match_info["name"])), kind)
+        return
+    if need is Need.READ_ALARMS:
+        if not principal.admin and not principal.allows_prefix(ALARMS_PREFIX, PermissionKind.READ):
+            raise PermissionDenied(
+                f"{principal.name} needs read on the alarms' internal prefix "
+                f"{describe_key(ALARMS_PREFIX)}"
+            )
         return
     if need is Need.READ_PREFIX:
         prefix = raw_query(request).get("prefix", b"")

@@ -11,7 +11,8 @@ for business outcomes inside apply (a failed compare-and-set is a
     ├── StorageError                  the data directory cannot be used
     │   ├── CorruptLogError           a record fails its checksum outside the torn tail
     │   └── StoreError                LMDB refused an operation
-    │       └── StoreCorruptError     LMDB's files are damaged (rebuilt from the log)
+    │       ├── StoreCorruptError     LMDB's files are damaged (rebuilt from the log)
+    │       └── StoreFullError        LMDB found the disk full, or its map full and unable to grow
     ├── ConfigError                   invalid configuration value
     ├── ReplicationError              pulling records from another node failed
     ├── SnapshotFormatError           a snapshot file is truncated, damaged or not one
@@ -25,6 +26,8 @@ for business outcomes inside apply (a failed compare-and-set is a
         │   ├── Fenced                a write's fencing token is not the lock holder's
         │   └── LockHeld              a lock was not got within its timeout
         ├── NotLeader                 this node cannot serve it; ``leader_url`` may help
+        ├── NoSpace                   a nospace alarm is raised: writes that add data wait
+        │                             for an operator to free space and disarm it
         ├── AuditExportFailed         this node's export of an audit failed
         ├── LimitReached              a bounded resource is full (``code`` names the limit)
         ├── Unauthenticated           no credentials, or credentials that do not check
@@ -42,6 +45,7 @@ layer maps them in one table.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -81,6 +85,26 @@ class StoreError(StorageError):
 
 class StoreCorruptError(StoreError):
     """LMDB's files are damaged; the commit log can rebuild them."""
+
+
+class StoreFullError(StoreError):
+    """LMDB could not write for want of space: the disk is full (ENOSPC), or its map
+    is full and cannot grow. Nothing was written; the write can be retried."""
+
+
+def out_of_space(error: BaseException) -> str | None:
+    """Why ``error`` (or an error it was raised from) means the disk is full, or None:
+    an OSError ENOSPC or EDQUOT, or a :class:`StoreFullError`."""
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain of causes is short; a loop in it must not hang
+        if seen is None:
+            return None
+        if isinstance(seen, StoreFullError):
+            return str(seen)
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"{seen.strerror}" + (f": {seen.filename}" if seen.filename else "")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class ConfigError(RkvError):
@@ -203,6 +227,14 @@ class AuditExportFailed(RequestError):
     The cut cannot be taken again: run a new audit."""
 
     code = "audit_export_failed"
+
+
+class NoSpace(RequestError):
+    """A member raised a nospace alarm (its disk is full or its data passed
+    --quota-bytes): the cluster refuses writes that add data until an operator frees
+    space and disarms the alarm (507). The message names the member and the reason."""
+
+    code = "no_space"
 
 
 class LimitReached(RequestError):

@@ -13,6 +13,8 @@ import re
 RESERVED_PREFIX = b"\x00rkv/"
 MEMBERS_PREFIX = RESERVED_PREFIX + b"members/"
 """The replicated member directory: MEMBERS_PREFIX + id -> JSON {id, raft_address, url}."""
+ALARMS_PREFIX = RESERVED_PREFIX + b"alarms/"
+"""The raised alarms: ALARMS_PREFIX + kind + "/" + member id -> JSON (node/state/alarms.py)."""
 CHECKPOINTS_PREFIX = RESERVED_PREFIX + b"checkpoints/"
 """Named checkpoints of external replicators (the Redis replicator's replid and
 offset): CHECKPOINTS_PREFIX + name -> the replicator's value. The one internal

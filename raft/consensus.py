@@ -332,6 +332,10 @@ class RaftConsensus:
 
     async def propose(self, command: Command) -> CommandResult:
         self._check_can_propose()
+        # A raised nospace alarm refuses it at apply anyway: spare the log the entry.
+        refusal = self._machine.space_refusal(command)
+        if refusal is not None:
+            return refusal
         return await self._proposer.propose(command)
 
     async def read_barrier(self) -> None:

@@ -12,7 +12,9 @@ An entry's command is read back from the mapping when pysyncobj asks for it
 :attr:`DiskJournal.size_bytes` is what the journal holds; raft/consensus.py
 asks pysyncobj for a compaction (a raft marker) when it passes the
 ``compaction_bytes`` setting, so the file stays near that size whatever the
-size of entries.
+size of entries. The file grows with its blocks allocated (``posix_fallocate``),
+so a full disk is an OSError (ENOSPC) from :meth:`DiskJournal.add`, not a
+SIGBUS on the next write to the mapping.
 
 File layout (pysyncobj's): a 40-byte header (application name, version,
 format 1, the offset past the last record), then records
@@ -52,6 +54,7 @@ _END_FIELD: int = LAST_RECORD_OFFSET_OFFSET
 _SIZE = struct.Struct("<I")
 _INDEX_TERM = struct.Struct("<QQ")
 _INITIAL_BYTES = 1024 * 1024
+_GROWTH_STEP = 64 * 1024
 _MAX_FILE_BYTES = 2**32 - 1  # the header stores the end offset in 32 bits
 Entry = tuple[bytes, int, int]
 
@@ -107,6 +110,17 @@ class EntryView:
         return self._journal.read_entry(self._start + item)
 
 
+def _allocate(fd: int, size: int, new_size: int) -> None:
+    """Grow the file to ``new_size`` with its blocks allocated: a page of the mapping
+    past what the disk could hold would kill the process with SIGBUS when written,
+    where this raises OSError (ENOSPC) and leaves the file as it was."""
+    try:
+        os.posix_fallocate(fd, size, new_size - size)
+    except OSError:
+        os.ftruncate(fd, size)  # a partial allocation may have grown it
+        raise
+
+
 class JournalFullError(OSError):
     """The journal file would pass 4 GiB, the format's limit (compaction did not keep up)."""
 
@@ -124,8 +138,9 @@ class DiskJournal(Journal):  # type: ignore[misc]
                 os.fsync(f.fileno())
             fsync_directory(self._directory)  # the new file's name, durable
         self._file = open(path, "r+b")  # noqa: SIM115 (held open for the mapping)
-        if os.fstat(self._file.fileno()).st_size < _INITIAL_BYTES:
-            self._file.truncate(_INITIAL_BYTES)
+        size = os.fstat(self._file.fileno()).st_size
+        if size < _INITIAL_BYTES:
+            _allocate(self._file.fileno(), size, _INITIAL_BYTES)
         self._map = mmap.mmap(self._file.fileno(), 0)
         self._starts = array("Q")
         self._indexes = array("Q")
@@ -339,5 +354,11 @@ class DiskJournal(Journal):  # type: ignore[misc]
             return
         new_size = min(max(needed, size * 2), _MAX_FILE_BYTES)
         self._map.flush()
-        self._file.truncate(new_size)
+        try:
+            _allocate(self._file.fileno(), size, new_size)
+        except OSError:
+            # Doubling does not fit (a nearly full disk): grow by what is needed only,
+            # so the journal can go on once a little space is freed.
+            new_size = min(-(-needed // _GROWTH_STEP) * _GROWTH_STEP, _MAX_FILE_BYTES)
+            _allocate(self._file.fileno(), size, new_size)
         self._map.resize(new_size)

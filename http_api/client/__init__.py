@@ -87,6 +87,7 @@ from http_api.client.errors import (
     LockHeldError,
     LockLost,
     NoElectionLeaderError,
+    NoSpaceError,
     NotAnIntegerError,
     NotAppliedError,
     NotFoundError,
@@ -107,8 +108,8 @@ from http_api.client.errors import (
 )
 from http_api.client.lease_model import Fencing, Lease, LeaseInfo, LockHolder, LockInfo, Renewal
 from http_api.client.locks import HeldLock, KeptLease
+from http_api.client.model import Alarm, Compare, Item, Op, ScanPage, TxnOpResult, TxnResult
 from http_api.client.model import BytesLike as BytesLike
-from http_api.client.model import Compare, Item, Op, ScanPage, TxnOpResult, TxnResult
 from http_api.client.model import to_bytes as to_bytes
 from http_api.client.operations import _Core as _Core
 from http_api.client.producer import DEFAULT_DEADLINE as DEFAULT_DEADLINE
@@ -135,6 +136,7 @@ if TYPE_CHECKING:
     from http_api.client.async_client import AsyncProducer, AsyncRkvClient
 
 __all__ = [
+    "Alarm",
     "AsyncElection",
     "AsyncHeldLock",
     "AsyncKeptLease",
@@ -166,6 +168,7 @@ __all__ = [
     "LockInfo",
     "LockLost",
     "NoElectionLeaderError",
+    "NoSpaceError",
     "NotAnIntegerError",
     "NotAppliedError",
     "NotFoundError",

@@ -30,7 +30,7 @@ from http_api.client.bulk_load import (
 from http_api.client.credentials import Credentials
 from http_api.client.errors import RkvClientError
 from http_api.client.lease_model import FencingLike, HasLeaseId
-from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
+from http_api.client.model import Alarm, BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.observing import MAX_LINE
 from http_api.client.operations import _BaseClient, _Write
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore, _ProducerView
@@ -335,6 +335,14 @@ class AsyncRkvClient(_AsyncAuthMethods, _AsyncLeaseMethods, _BaseClient[_AsyncTr
         fencing: FencingLike | None = None,
     ) -> dict[str, Any]:
         return await self._run(self._core.txn_raw(body, encoding, fencing))
+
+    async def alarms(self) -> list[Alarm]:
+        """As :meth:`http_api.client.RkvClient.alarms`."""
+        return await self._run(self._core.alarms())
+
+    async def disarm_alarms(self, member: str | None = None, kind: str = "nospace") -> list[Alarm]:
+        """As :meth:`http_api.client.RkvClient.disarm_alarms`."""
+        return await self._run(self._core.disarm_alarms(member, kind))
 
     async def status(
         self, url: str | None = None, *, timeout: float | None = None

@@ -1,4 +1,4 @@
-"""The control-plane calls: members, compaction, downloads, audits, log ranges.
+"""The control-plane calls: members, alarms, compaction, downloads, audits, log ranges.
 
 The key-value calls (RkvClient) retry and classify every answer; these are the
 calls that the CLI, a joining node, catch-up and the audit make to one node or
@@ -286,6 +286,13 @@ class ControlClient:
     def remove_member(self, node_id: str) -> tuple[int, Any]:
         path = "/v1/cluster/members/" + path_part(node_id)
         return self._json(self.urls, "DELETE", path, None)
+
+    def alarms(self) -> tuple[int, Any]:
+        return self._json(self.urls, "GET", "/v1/alarms", None)
+
+    def disarm_alarms(self, member: str | None, kind: str) -> tuple[int, Any]:
+        body = {"kind": kind} if member is None else {"kind": kind, "member": member}
+        return self._json(self.urls, "POST", "/v1/alarms:disarm", body)
 
     def start_audit(
         self, audit_id: str | None = None, buckets: int | None = None

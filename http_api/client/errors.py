@@ -28,6 +28,8 @@ Each exception carries the server's ``code`` and ``message``, the HTTP
     │       ├── ProducerFencedError   producer_fenced: a newer epoch of its transactional id
     │       ├── UnknownProducerError  unknown_producer: never initialised, or expired
     │       └── SequenceError         out_of_order_sequence / duplicate_sequence_too_old
+    ├── NoSpaceError              507 no_space: a member raised a NOSPACE alarm; writes that
+    │                             add data are refused until an operator disarms it
     ├── UnavailableError          503: the cluster cannot serve it now; .retry_after
     │   ├── NotAppliedError       not_applied / no_leader: the write was not applied
     │   ├── UnknownOutcomeError   the write may or may not have been applied
@@ -252,6 +254,14 @@ class SequenceError(ProducerError):
     results the server keeps (``duplicate_sequence_too_old``)."""
 
     default_code = "out_of_order_sequence"
+
+
+class NoSpaceError(RkvClientError):
+    """507 ``no_space``: a member's disk is full or over its quota and it raised a
+    NOSPACE alarm; the cluster refuses writes that add data (deletes and reads go on)
+    until an operator frees space and disarms it (:meth:`disarm_alarm`). Not retried."""
+
+    default_code = "no_space"
 
 
 class UnavailableError(_RetryLater):

@@ -166,3 +166,24 @@ class TxnResult:
     """True when every compare held (the success branch ran)."""
     version: int
     results: tuple[TxnOpResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """A raised alarm (GET /v1/alarms): ``member`` raised ``kind`` ("nospace") for
+    ``reason`` at ``raised_ms`` (ms since the epoch, its raft entry's timestamp)."""
+
+    member: str
+    kind: str
+    reason: str
+    raised_ms: int
+
+
+def alarms_of(body: Any) -> list[Alarm]:
+    """The alarms of a GET /v1/alarms or POST /v1/alarms:disarm answer."""
+    if not isinstance(body, dict) or not isinstance(body.get("alarms"), list):
+        raise ValueError("not an alarms answer")
+    return [
+        Alarm(str(a["member"]), str(a["kind"]), str(a["reason"]), int(a["raised_ms"]))
+        for a in body["alarms"]
+    ]

@@ -28,12 +28,14 @@ from http_api.client.lease_model import (
     lease_arg,
 )
 from http_api.client.model import (
+    Alarm,
     BytesLike,
     Compare,
     Item,
     Op,
     ScanPage,
     TxnResult,
+    alarms_of,
     int64_arg,
     to_bytes,
 )
@@ -254,6 +256,20 @@ class _Core(_Router):
         """Every page of a scan, each a plan: ``while (plan := pages.next()) is not None``."""
         return _ScanPages(self, prefix, limit, consistency, min_version)
 
+    def alarms(self) -> _Plan[list[Alarm]]:
+        reply = yield from self.call("GET", "/v1/alarms", write=False, stale=True)
+        return _alarms_in(reply.json())
+
+    def disarm_alarms(self, member: str | None, kind: str) -> _Plan[list[Alarm]]:
+        body: dict[str, str] = {"kind": kind}
+        if member is not None:
+            body["member"] = member
+        headers = {"Content-Type": "application/json"}
+        reply = yield from self.call(
+            "POST", "/v1/alarms:disarm", json.dumps(body).encode(), headers, write=True
+        )
+        return _alarms_in(reply.json())
+
     def status(self, url: str | None, timeout: float | None) -> _Plan[dict[str, Any]]:
         only = None if url is None else self.learn(url)
         reply = yield from self.call(
@@ -267,6 +283,15 @@ class _Core(_Router):
             with contextlib.suppress(ValueError):
                 self.leader = self.learn(leader["url"])
         return body
+
+
+def _alarms_in(body: Any) -> list[Alarm]:
+    try:
+        return alarms_of(body)
+    except (ValueError, KeyError, TypeError):
+        raise RkvClientError(
+            "the server sent a malformed alarm list", code="bad_response"
+        ) from None
 
 
 class _ScanPages:

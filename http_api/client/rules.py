@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from http_api.client.errors import (
     ClusterUnreachableError,
+    NoSpaceError,
     NotAppliedError,
     RkvClientError,
     TlsError,
@@ -409,7 +410,8 @@ class _Router:
         ):
             return
         if reply.status != 503:
-            if state.write and reply.status >= 500:
+            # 507 no_space is a refusal: the write was not applied (a NOSPACE alarm).
+            if state.write and reply.status >= 500 and not isinstance(error, NoSpaceError):
                 raise UnknownOutcomeError(
                     f"{base} answered HTTP {reply.status} ({error.code}: {error.message}): "
                     "the write may or may not have been applied",

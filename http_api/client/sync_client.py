@@ -25,7 +25,7 @@ from http_api.client.errors import ClusterUnreachableError, RkvClientError
 from http_api.client.lease_methods import _SyncLeaseMethods
 from http_api.client.lease_model import FencingLike, HasLeaseId, Lease
 from http_api.client.lease_plans import _LeasePlans
-from http_api.client.model import BytesLike, Compare, Item, Op, ScanPage, TxnResult
+from http_api.client.model import Alarm, BytesLike, Compare, Item, Op, ScanPage, TxnResult
 from http_api.client.observing import MAX_LINE
 from http_api.client.operations import _BaseClient
 from http_api.client.producer import DEFAULT_DEADLINE, _ProducerCore
@@ -371,6 +371,15 @@ class RkvClient(_SyncAuthMethods, _SyncLeaseMethods, _BaseClient[_SyncTransport]
     ) -> dict[str, Any]:
         """POST /v1/txn with a body as the API takes it; returns the answer as JSON."""
         return self._run(self._core.txn_raw(body, encoding, fencing))
+
+    def alarms(self) -> list[Alarm]:
+        """The raised alarms (GET /v1/alarms, from any node: every node holds them)."""
+        return self._run(self._core.alarms())
+
+    def disarm_alarms(self, member: str | None = None, kind: str = "nospace") -> list[Alarm]:
+        """Disarm ``kind`` on ``member`` (None: every member) once space is freed; the
+        alarms left. Needs the admin role when auth is on."""
+        return self._run(self._core.disarm_alarms(member, kind))
 
     def status(self, url: str | None = None, *, timeout: float | None = None) -> dict[str, Any]:
         """GET /v1/status of ``url``, or of the first node that answers."""

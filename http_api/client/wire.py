@@ -29,6 +29,7 @@ from http_api.client.errors import (
     LeaseNotFoundError,
     LockHeldError,
     NoElectionLeaderError,
+    NoSpaceError,
     NotAnIntegerError,
     NotAppliedError,
     NotFoundError,
@@ -396,6 +397,8 @@ def error_from_reply(reply: _Reply, url: str) -> RkvClientError:
     if status == 409:
         conflict: type[ConflictError] = _CONFLICTS.get(code or "", ConflictError)
         return conflict(message, **common)
+    if status == 507:
+        return NoSpaceError(message, **common)
     if status == 503:
         retry_after = _retry_after(reply.headers)
         kind: type[UnavailableError] = UnavailableError

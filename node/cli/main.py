@@ -2,7 +2,7 @@
 
 Each family keeps its arguments and its handler together in its own module
 (serve: up, node, check; client: put, get, delete, incr, append, scan, txn,
-compact, status, producer init; cluster; auth; user; role; lease; lock; elect;
+compact, status, producer init; cluster; alarm; auth; user; role; lease; lock; elect;
 snapshot; audit; redis; certs), registers
 its handler with ``set_defaults(run=...)``, and imports what only its handler
 needs (the server stack, the audit engines, the replicator) when it runs.
@@ -15,6 +15,7 @@ import logging
 import sys
 
 from node.cli import (
+    alarm,
     audit,
     auth,
     certs,
@@ -38,6 +39,7 @@ FAMILIES = (
     client,
     load,
     cluster,
+    alarm,
     auth,
     user,
     role,

@@ -44,6 +44,15 @@ SCRAPED: dict[str, tuple[str, str]] = {
     "rkv_commit_log_segments": ("gauge", "Segments of the commit log (closed and active)."),
     "rkv_producers_known": ("gauge", "Idempotent producers whose state this node holds."),
     "rkv_leases": ("gauge", "Leases this node tracks."),
+    "rkv_space_nospace_alarms": (
+        "gauge",
+        "NOSPACE alarms raised in this node's applied state (any member's).",
+    ),
+    "rkv_space_data_bytes": (
+        "gauge",
+        "Bytes this node's data takes on disk (log, LMDB, raft journal), last measured.",
+    ),
+    "rkv_space_quota_bytes": ("gauge", "This node's --quota-bytes (0: no quota)."),
     "rkv_compaction_runs": ("counter", "Commit-log compaction passes since start."),
     "rkv_compaction_reclaimed_bytes": (
         "counter",
@@ -61,6 +70,8 @@ class NodeParts:
     compactor: Compactor
     producer_count: Callable[[], int | None]
     lease_count: Callable[[], int]
+    space: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 0)
+    """(nospace alarms raised, data bytes, quota bytes): node/service/space.py."""
 
 
 class NodeCollector(Collector):
@@ -87,6 +98,7 @@ class NodeCollector(Collector):
             # LMDB's entry count: O(1). Without the internal keys it would walk them all
             # (up to --max-producers) on the event loop at every scrape.
             keys = view.count(include_internal=True)
+        alarms, data_bytes, quota_bytes = parts.space()
         commit = status.get("commit_index")
         applied = status.get("raft_last_applied")
         return {
@@ -108,6 +120,9 @@ class NodeCollector(Collector):
             "rkv_commit_log_segments": log.segment_count,
             "rkv_producers_known": parts.producer_count(),
             "rkv_leases": parts.lease_count(),
+            "rkv_space_nospace_alarms": alarms,
+            "rkv_space_data_bytes": data_bytes,
+            "rkv_space_quota_bytes": quota_bytes,
             "rkv_compaction_runs": parts.compactor.runs,
             "rkv_compaction_reclaimed_bytes": parts.compactor.reclaimed_bytes,
         }

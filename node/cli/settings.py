@@ -24,6 +24,7 @@ from node.cli.diagnostic_settings import (
 from node.cli.lease_settings import add_lease_arguments, lease_limits
 from node.cli.load_settings import add_load_arguments, load_limits
 from node.cli.secure_start import StartSecurity, add_security_arguments, start_security
+from node.cli.space_settings import SpaceSettings, add_space_arguments, space_settings
 from node.cli.tls_settings import NodeTls, add_tls_arguments, node_tls
 from node.cli.worker_settings import add_worker_arguments, http_workers
 from node.errors import ConfigError
@@ -137,6 +138,8 @@ class NodeConfig:
     """--log-format, --ready-min-free-bytes (node/cli/diagnostic_settings.py)."""
     load: LoadLimits = field(default_factory=LoadLimits)
     """--load-chunk-keys, --load-chunks-in-flight (node/cli/load_settings.py)."""
+    space: SpaceSettings = field(default_factory=SpaceSettings)
+    """--quota-bytes, --space-check-interval (node/cli/space_settings.py)."""
 
     @property
     def audit_path(self) -> Path:
@@ -169,6 +172,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     add_lease_arguments(parser)
     add_load_arguments(parser)
     add_diagnostic_arguments(parser)
+    add_space_arguments(parser)
     add_security_arguments(parser)
     add(
         "--insecure-dev-mode",
@@ -757,6 +761,7 @@ def node_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         leases=lease_limits(lambda name: _value(args, env, name), _positive_int, _positive_float),
         diagnostics=diagnostic_settings(lambda name: _value(args, env, name)),
         load=load_limits(lambda name: _value(args, env, name), _positive_int, max_entry_bytes),
+        space=space_settings(lambda name: _value(args, env, name), _positive_float),
         security=start_security(
             http_host,
             tls.server is not None,

@@ -24,6 +24,7 @@ from node.cli.join import Discovery, Member, announce
 from node.cli.node_metrics import NodeCollector, NodeParts
 from node.cli.secure_start import auth_state_problem, insecure_warning
 from node.cli.settings import NodeConfig
+from node.cli.space_watch import space_monitor
 from node.errors import ConfigError, RequestError
 from node.service.audit import AuditService
 from node.service.auth import AuthService
@@ -61,16 +62,9 @@ async def serve(
             headers=member_headers(config.secret, config.node_id),
         ),
     )
-    # Set before raft starts: an audit entry applied at start-up is exported too.
-    exporter = AuditExporter(
-        config.audit_path,
-        config.node_id,
-        storage.commit_log,
-        RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
-    )
-    machine.audit_hook = exporter.hook
-    leases = lease_service(config, consensus, storage)
-    machine.lease_hook = leases.on_applied
+    exporter = audit_exporter(config, storage, machine)
+    leases = lease_service(config, consensus, storage, machine)
+    space = space_monitor(config, machine, consensus)
     try:
         await consensus.start()
         compactor = Compactor(
@@ -124,6 +118,7 @@ async def serve(
             lease_status=leases.status,
             data_paths=(config.data_dir,),
             min_free_bytes=config.diagnostics.ready_min_free_bytes,
+            space_problem=lambda: space.problem,
             version=rkv_version(),
             load_limits=config.load,
         )
@@ -134,6 +129,7 @@ async def serve(
             consensus, storage.store, exporter, stall_timeout=config.transfer_idle_timeout
         )
         pruner = asyncio.create_task(prune_audit_exports(exporter))
+        space_checks = asyncio.create_task(space.run(config.space.check_interval))
         lease_sweeper = asyncio.create_task(leases.sweep())
         workers = http_workers(config, service, auth, storage.store)
         http = HttpServer(
@@ -153,6 +149,7 @@ async def serve(
                     compactor=compactor,
                     producer_count=machine.known_producer_count,
                     lease_count=lambda: int(leases.status()["count"]),
+                    space=space.gauges,
                 )
             ),
             workers=workers,
@@ -173,7 +170,15 @@ async def serve(
             await stop.wait()
         finally:
             logger.info("node %s stopping", config.node_id)
-            for task in (background, sweeper, pruner, lease_sweeper, joining, bootstrap):
+            for task in (
+                background,
+                sweeper,
+                pruner,
+                lease_sweeper,
+                space_checks,
+                joining,
+                bootstrap,
+            ):
                 if task is not None:
                     task.cancel()
             await stop_http(http, workers)
@@ -188,8 +193,23 @@ async def serve(
         logger.info("node %s stopped", config.node_id)
 
 
+def audit_exporter(
+    config: NodeConfig, storage: NodeStorage, machine: StateMachine
+) -> AuditExporter:
+    """The node's audit exports, hooked to the state machine before raft starts, so an
+    audit entry applied at start-up is exported too."""
+    exporter = AuditExporter(
+        config.audit_path,
+        config.node_id,
+        storage.commit_log,
+        RetentionPolicy(config.audit_keep, config.audit_keep_age_seconds),
+    )
+    machine.audit_hook = exporter.hook
+    return exporter
+
+
 def lease_service(
-    config: NodeConfig, consensus: RaftConsensus, storage: NodeStorage
+    config: NodeConfig, consensus: RaftConsensus, storage: NodeStorage, machine: StateMachine
 ) -> LeaseService:
     """Leases and locks, with a clock loaded from the state before raft applies anything,
     promoted (every deadline pushed one election timeout on) when this node wins an
@@ -209,6 +229,7 @@ def lease_service(
     consensus.role_listeners.append(on_role)
     # A state install replaced the leases this node knew: each due a TTL from now.
     consensus.catch_up_listeners.append(lambda pulled: leases.load_clock())
+    machine.lease_hook = leases.on_applied
     return leases
 
 

@@ -40,12 +40,15 @@ from node.errors import (
     TransferExpired,
 )
 from node.keyspace import CHECKPOINTS_PREFIX, is_reserved
+from node.service.alarms import current_alarms, disarm_alarms, raise_for
 from node.service.kv_writes import KvWrites, result_error
 from node.service.load_limits import LoadLimits
 from node.service.pace import Pace
 from node.service.readiness import DEFAULT_MIN_FREE_BYTES, Readiness, disk_problem, run_checks
 from node.snapshot.held import DEFAULT_HOLD_SECONDS, HeldViews
 from node.snapshot.stream import SnapshotStream
+from node.state.alarm_commands import AlarmKind
+from node.state.alarms import Alarm
 from node.state.commands import (
     MAX_TXN_OPS,
     Command,
@@ -188,6 +191,7 @@ class KvService(KvWrites):
         lease_status: Callable[[], dict[str, Any]] | None = None,
         data_paths: tuple[Path, ...] = (),
         min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
+        space_problem: Callable[[], str | None] = lambda: None,
         version: str = "unknown",
         load_limits: LoadLimits | None = None,
     ) -> None:
@@ -202,6 +206,7 @@ class KvService(KvWrites):
         )
         self._data_paths = data_paths
         self._min_free_bytes = min_free_bytes
+        self._space_problem = space_problem
         self._version = version
         self._lease_status = lease_status
         self._member_url_changes = member_url_changes
@@ -565,6 +570,20 @@ class KvService(KvWrites):
         skip = len(CHECKPOINTS_PREFIX)
         return [(key[skip:].decode(), stored.value, stored.version) for key, stored in items]
 
+    # -- alarms (node/service/alarms.py) -----------------------------------------------
+
+    def alarms(self) -> tuple[Alarm, ...]:
+        """The alarms raised in this node's applied state."""
+        return current_alarms(self._store)
+
+    async def raise_alarm(self, member: str, kind: AlarmKind, reason: str) -> tuple[Alarm, ...]:
+        """Raise ``kind`` for ``member`` unless raised; the alarms after."""
+        return await raise_for(self._consensus, self._store, member, kind, reason)
+
+    async def disarm_alarms(self, member: str | None, kind: AlarmKind) -> tuple[Alarm, ...]:
+        """Disarm ``kind`` on ``member`` (None: every member); the alarms left."""
+        return await disarm_alarms(self._consensus, self._store, member, kind)
+
     # -- membership -----------------------------------------------------------------
 
     def members(self) -> list[dict[str, str]]:
@@ -602,7 +621,7 @@ class KvService(KvWrites):
         an unknown name is an InvalidRequest."""
         return run_checks(
             self._consensus.readiness(),
-            lambda: disk_problem(self._data_paths, self._min_free_bytes),
+            lambda: self._space_problem() or disk_problem(self._data_paths, self._min_free_bytes),
             exclude,
         )
 

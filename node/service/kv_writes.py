@@ -18,6 +18,7 @@ from node.errors import (
     InvalidRequest,
     KeyNotFound,
     LimitReached,
+    NoSpace,
     PayloadTooLarge,
     RequestError,
     UnknownOutcome,
@@ -93,6 +94,8 @@ def _result_error(result: CommandResult) -> RequestError:
         ResultCode.TOO_MANY_LOCK_WAITERS,
     ):
         return LimitReached(result.message, code=code.value)
+    if code is ResultCode.NO_SPACE:
+        return NoSpace(result.message)
     if code is ResultCode.FENCED:
         return Fenced(result.message, result.current_version or None)
     if code is ResultCode.LEASE_NOT_FOUND:

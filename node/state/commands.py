@@ -23,6 +23,8 @@ an entry written by a newer format with a clear error instead of guessing::
             | [TAG_AUTH, op, name, role, password_hash, [role, ...], permission | nil, limit]
                                                                              (format 3)
             | [TAG_LOAD, [key, ...], [value, ...]]                           (format 5)
+            | [TAG_RAISE_ALARM, member, kind, reason]                        (format 6)
+            | [TAG_DISARM_ALARM, member | nil, kind]                         (format 6)
     compare = [key, target, expected]      target: 1 version, 2 value, 3 exists
     op      = [1, key, value] (put) | [2, key] (delete) | [3, key] (get)
             | [4, key, by] (incr) | [5, key, suffix] (append)
@@ -97,6 +99,8 @@ so a cluster in a rolling upgrade keeps working until a newer form is used:
   lease (``[6, key, value, lease_id]``).
 - 5: :class:`Load` (tag 24, node/state/load_command.py): a bulk load chunk,
   many plain puts as one command (POST /v1/kv:load).
+- 6: alarms (tags 25 and 26, node/state/alarm_commands.py): a member raises a
+  ``nospace`` alarm, an operator disarms it (node/state/alarms.py).
 
 A node refuses an entry of a format above :data:`FORMAT_VERSION`
 (:class:`UnsupportedEntryVersion`) and stalls on it instead of skipping it,
@@ -113,6 +117,14 @@ from typing import Any, NamedTuple
 import msgpack
 
 from node.errors import EntryDecodeError, UnsupportedEntryVersion
+from node.state.alarm_commands import (
+    AlarmCommand,
+    DisarmAlarm,
+    RaiseAlarm,
+    decode_alarm_command,
+    encode_alarm_command,
+    is_alarm_command,
+)
 from node.state.auth_commands import AuthChange, decode_auth, encode_auth
 from node.state.lease_commands import (
     TAG_FENCED,
@@ -127,7 +139,7 @@ from node.state.leases import lock_name_problem
 from node.state.load_command import TAG_LOAD, Load, decode_load, encode_load, load_bytes
 from node.storage.key_order import LONG_KEY_PREFIX
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """The newest entry format this node reads and writes (the module docstring lists them)."""
 
 TAG_PUT = 1
@@ -414,6 +426,7 @@ Command = (
     | LeaseCommand
     | Fenced
     | Load
+    | AlarmCommand
 )
 
 
@@ -540,6 +553,8 @@ def _encode_command(command: Command) -> list[Any]:
         return _encode_fenced(command)
     if isinstance(command, Load):
         return encode_load(command)
+    if isinstance(command, RaiseAlarm | DisarmAlarm):
+        return encode_alarm_command(command)
     if not isinstance(command, Barrier):
         return encode_lease_command(command)
     return [TAG_BARRIER]
@@ -585,6 +600,8 @@ def encode_entry(batch: Batch) -> bytes:
 
 def _format_of(batch: Batch) -> int:
     """The lowest format that holds every command of ``batch``."""
+    if any(isinstance(command, RaiseAlarm | DisarmAlarm) for command in batch.commands):
+        return 6
     if any(type(command) is Load for command in batch.commands):
         return 5
     if any(_needs_format_4(command) for command in batch.commands):
@@ -780,6 +797,8 @@ def _decode_command(raw: Any) -> Command:
         return _decode_fenced(raw)
     if tag == TAG_LOAD and len(raw) == 3:
         return decode_load(raw)
+    if is_alarm_command(raw):
+        return decode_alarm_command(raw)
     if is_lease_command(raw):
         return decode_lease_command(raw)
     raise EntryDecodeError(f"unknown command tag {tag!r} with {len(raw)} fields")

@@ -64,6 +64,7 @@ class EntryWriter:
         "flushed_producers",
         "lease_events",
         "new_attachments",
+        "no_space",
         "offset",
         "pending",
         "producer_delta",
@@ -102,6 +103,8 @@ class EntryWriter:
         # Attachment keys this entry wrote, by lease: an LMDB scan of the view does not
         # see them, and a lease ended later in the same entry must.
         self.new_attachments: dict[int, list[bytes]] = {}
+        self.no_space: str | None = None
+        """Set while a nospace alarm is raised (node/state/alarms.py): the refusal's message."""
 
     def current(self, key: bytes) -> StoredValue | None:
         pending = self.pending

@@ -40,8 +40,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from node.errors import EntryDecodeError, UnsupportedEntryVersion
-from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
+from node.errors import EntryDecodeError, UnsupportedEntryVersion, out_of_space
+from node.keyspace import ALARMS_PREFIX, MAX_KEY_BYTES, RESERVED_PREFIX
+from node.state.alarm_commands import DisarmAlarm, RaiseAlarm
+from node.state.alarms import (
+    Alarm,
+    adds_data,
+    decide_alarm,
+    entry_no_space,
+    no_space_message,
+    no_space_refusal,
+    read_alarms,
+)
 from node.state.auth_apply import decide_auth
 from node.state.auth_commands import AuthChange
 from node.state.commands import (
@@ -125,8 +135,16 @@ class StateMachine:
         self._producer_count: int | None = None
         self._producer_count_index = -1
         self._audits: list[AuditCut] = []
+        # The raised alarms as of the store's applied index _alarms_index (a state
+        # install or a replay outside apply moves it: they are read again from LMDB).
+        self._alarms: tuple[Alarm, ...] = ()
+        self._alarms_index = -1
         self.audit_hook: AuditHook | None = None
         """Set by the composition root; see the module docs."""
+        self.space_hook: Callable[[str], None] | None = None
+        """Set by the composition root: told why, when an entry cannot be applied for
+        want of space (the entry is retried; node/service/space.py raises the alarm).
+        It must be quick and never raise."""
         self.lease_hook: LeaseHook | None = None
         """Set by the composition root: told what each applied entry did to leases and
         locks (node/service/lease_clock.py). It must be quick and never raise."""
@@ -154,12 +172,42 @@ class StateMachine:
         count = self._producer_count
         return count if self._producer_count_index == self._store.applied_index else None
 
+    def alarms(self) -> tuple[Alarm, ...]:
+        """The alarms raised in the applied state. Any thread."""
+        index = self._store.applied_index
+        if self._alarms_index != index:
+            # The view is at least as new as ``index``: a change after it makes the
+            # indexes differ again, and the next call reads again.
+            with self._store.reader() as view:
+                alarms = read_alarms(view)
+            self._alarms, self._alarms_index = alarms, index
+        return self._alarms
+
+    def space_refusal(self, command: Command) -> CommandResult | None:
+        """The ``no_space`` result ``command`` would get if applied now, or None: for a
+        check before proposing (apply decides, against the state as of its entry)."""
+        if not adds_data(command):
+            return None
+        message = no_space_message(self.alarms())
+        return None if message is None else no_space_refusal(message)
+
     def apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
         """Apply one raft entry; an index at or below the applied one changes nothing.
 
         For a skipped index the results are the ones computed the first time if
         this process still remembers them, else a single ALREADY_APPLIED result.
+        A failure to write (raised; raft retries the entry) that means the disk is
+        full is also told to :attr:`space_hook`.
         """
+        try:
+            return self._apply(raft_index, entry)
+        except Exception as exc:
+            full = out_of_space(exc)
+            if full is not None and self.space_hook is not None:
+                self.space_hook(full)
+            raise
+
+    def _apply(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
         if self._log.last_offset > self._store.applied_offset:
             # An earlier apply appended to the log but failed before LMDB
             # committed (and raft is retrying): bring LMDB up to the log first,
@@ -182,6 +230,7 @@ class StateMachine:
 
     def _apply_new(self, raft_index: int, entry: bytes) -> tuple[CommandResult, ...]:
         self._audits.clear()
+        previous_index = self._store.applied_index
         try:
             batch = decode_entry(entry)
         except UnsupportedEntryVersion:
@@ -212,6 +261,11 @@ class StateMachine:
         self._store.write(changes, raft_index, applied_offset)
         self._producer_count = producer_count
         self._producer_count_index = raft_index
+        if self._alarms_index == previous_index:
+            if any(key.startswith(ALARMS_PREFIX) for key, _ in changes):
+                self._alarms_index = -1  # read again when next asked
+            else:
+                self._alarms_index = raft_index
         self._remember(raft_index, results)
         if flushed:
             self._remember_producers(flushed)
@@ -278,6 +332,7 @@ class StateMachine:
             self._producers,
             producer_count=self.known_producer_count(),
         )
+        writer.no_space = entry_no_space(writer)
         results = tuple(self._decide_commands(writer, batch.commands))
         if writer.dirty_producers:
             writer.flush_producers()
@@ -295,12 +350,17 @@ class StateMachine:
         records = writer.records
         offset = writer.offset
         results: list[CommandResult] = []
+        no_space = writer.no_space  # a raised nospace alarm's message (node/state/alarms.py)
         for command in commands:
             kind = type(command)  # exact type tests: the cheapest dispatch on the hot path
+            if no_space is not None and kind is not Delete and adds_data(command):
+                results.append(no_space_refusal(no_space))
+                continue
             if kind is not Put and kind is not Delete:
                 writer.offset = offset
                 results.append(self._decide_other(writer, command))
                 offset = writer.offset
+                no_space = writer.no_space  # an alarm command may have changed it
                 continue
             command = cast(Put | Delete, command)  # `kind` told: mypy cannot see it
             key = command.key
@@ -369,6 +429,8 @@ class StateMachine:
             return decide_auth(writer, command)
         if isinstance(command, _LEASE_COMMANDS):
             return decide_lease(writer, command, self._max_value_bytes)
+        if isinstance(command, RaiseAlarm | DisarmAlarm):
+            return decide_alarm(writer, command)
         if isinstance(command, Fenced):
             refusal = fence_refusal(writer, command.name, command.token)
             return refusal or self._decide_one(writer, command.command)

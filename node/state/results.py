@@ -57,6 +57,8 @@ class ResultCode(enum.Enum):
     # Reported by the raft layer, never by apply: the node is stalled (its state
     # is known to miss entries) and applies nothing.
     NODE_STALLED = "node_stalled"
+    # A nospace alarm is raised: the command adds data (node/state/alarms.py).
+    NO_SPACE = "no_space"
 
 
 class OpResult(NamedTuple):

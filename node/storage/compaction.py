@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from node.storage import segment_swap
 from node.storage.commit_log import CommitLog
 from node.storage.record import BODY_HEADER, ENTRY_END, PREFIX, RecordOp
 from node.storage.segment import Segment
@@ -103,6 +104,13 @@ class _StagedWriter:
     @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
+
+    def abandon(self) -> None:
+        """Drop what was staged (before any swap): close the files, remove the staging."""
+        for segment in self.segments:
+            segment.abandon()
+        self.segments.clear()
+        segment_swap.discard_staging(self._log.directory)
 
 
 class _Frame(NamedTuple):
@@ -210,14 +218,20 @@ def _rewrite(
         if progress is not None:
             progress(tally.read_bytes, tally.total_bytes)
 
-    for item in _frames(run):
-        chunk.append(item)
-        tally.examined += 1
-        tally.read_bytes += len(item.frame)
-        if len(chunk) >= _CHUNK:
+    try:
+        for item in _frames(run):
+            chunk.append(item)
+            tally.examined += 1
+            tally.read_bytes += len(item.frame)
+            if len(chunk) >= _CHUNK:
+                flush()
+        if chunk:
             flush()
-    if chunk:
-        flush()
+    except BaseException:
+        # A full disk, most likely: nothing was swapped yet, so the staged copies go
+        # (they hold space, and a later run must be able to stage the same names).
+        writer.abandon()
+        raise
     log.replace_closed(run, writer.segments)
     tally.segments_before += len(run)
     tally.segments_after += len(writer.segments)

@@ -52,7 +52,7 @@ from typing import NamedTuple, cast
 import lmdb
 
 from node import metrics
-from node.errors import StoreCorruptError, StoreError
+from node.errors import StoreCorruptError, StoreError, StoreFullError
 from node.keyspace import RESERVED_PREFIX
 from node.storage.datadir import fsync_directory
 from node.storage.key_order import LMDB_KEY_LIMIT, LONG_KEY_PREFIX, lmdb_key
@@ -475,6 +475,8 @@ class LmdbStore:
             except lmdb.MapFullError:
                 self._grow()
                 continue
+            except lmdb.DiskError as exc:  # ENOSPC
+                raise StoreFullError(f"LMDB write failed in {self.path}: {exc}") from exc
             except lmdb.Error as exc:
                 raise StoreError(f"LMDB write failed in {self.path}: {exc}") from exc
             if metrics.enabled:
@@ -482,7 +484,9 @@ class LmdbStore:
             self.applied_index = applied_index
             self.applied_offset = applied_offset
             return
-        raise StoreError(f"LMDB map in {self.path} is still full after growing to {self.map_size}")
+        raise StoreFullError(
+            f"LMDB map in {self.path} is still full after growing to {self.map_size}"
+        )
 
     # A put first tries MDB_APPEND, which succeeds only for a key above every key
     # stored: LMDB then fills the last leaf page instead of splitting it in half, so

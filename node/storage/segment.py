@@ -278,6 +278,13 @@ class Segment:
             os.fdatasync(self._fd)
             self._synced_size = size
 
+    def abandon(self) -> None:
+        """Close the file without syncing it or writing an index: a staged segment of a
+        compaction that failed (a full disk), about to be deleted."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def close(self) -> None:
         """Stop appending: fsync the file and write its index."""
         if self._fd is None:

@@ -41,6 +41,13 @@ def staging_dir(log_dir: Path) -> Path:
     return log_dir / STAGING
 
 
+def discard_staging(log_dir: Path) -> None:
+    """Remove a staging directory no manifest names (a compaction that failed before its
+    swap began: the old segments were never touched)."""
+    if not (log_dir / MANIFEST).exists():
+        shutil.rmtree(staging_dir(log_dir), ignore_errors=True)
+
+
 def commit(log_dir: Path, remove: list[str], install: list[str]) -> None:
     """Swap segments named ``remove`` for the staged ones named ``install`` (base names)."""
     staging = staging_dir(log_dir)

@@ -37,6 +37,7 @@ from typing import Any, cast
 from http_api.client import RkvClient
 from http_api.client.errors import (
     ClusterUnreachableError,
+    NoSpaceError,
     PayloadTooLargeError,
     UnavailableError,
 )
@@ -60,6 +61,8 @@ CACHE_ENTRIES = 200_000
 CACHE_BYTES = 64 * 1024 * 1024
 """What a BatchView's cache of committed values may hold (keys and values)."""
 _RETRY_PAUSE = 0.5
+_NO_SPACE_PAUSE = 5.0
+"""Between two tries while rkv refuses writes with a NOSPACE alarm (an operator acts)."""
 _ABSENT = object()
 
 
@@ -190,13 +193,18 @@ class RkvStore:
 
     def _send(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST a guarded transaction, again and again while rkv cannot answer (the
-        guard makes a repeat of one that landed harmless)."""
+        guard makes a repeat of one that landed harmless), or refuses it with a
+        NOSPACE alarm (507 no_space: nothing was written; replication waits for an
+        operator to free space and disarm it)."""
         while True:
             try:
                 return self._txn(body)
             except (UnavailableError, ClusterUnreachableError) as exc:
                 logger.warning("commit failed or its outcome is unknown (%s); retrying", exc)
                 time.sleep(_RETRY_PAUSE)
+            except NoSpaceError as exc:
+                logger.warning("rkv refuses writes until its NOSPACE alarm is disarmed: %s", exc)
+                time.sleep(_NO_SPACE_PAUSE)
 
     def commit(
         self, changes: dict[bytes, bytes | None], checkpoint: Checkpoint, expected_version: int

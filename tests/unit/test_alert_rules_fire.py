@@ -102,6 +102,23 @@ CASES: list[dict[str, Any]] = [
         ],
     },
     {
+        "input_series": [series("rkv_space_nospace_alarms", "0 1x10")],
+        "alert_rule_test": [
+            quiet("RkvNoSpaceAlarm", "1m"),  # raised at 1m: pending for its minute
+            fired("RkvNoSpaceAlarm", "3m", "rkv node n1 holds 1 NOSPACE alarm(s)", "critical"),
+        ],
+    },
+    {
+        "input_series": [
+            series("rkv_space_data_bytes", "900x20"),
+            series("rkv_space_quota_bytes", "1000x20"),
+        ],
+        "alert_rule_test": [
+            quiet("RkvNearQuota", "9m"),
+            fired("RkvNearQuota", "12m", "rkv node n1's data is at 900B, over 80% of its quota"),
+        ],
+    },
+    {
         "input_series": [
             *histogram("rkv_disk_journal_fsync_duration_seconds", "0.5"),
             *histogram("rkv_disk_commit_log_fsync_duration_seconds", "0.5"),

@@ -211,13 +211,13 @@ def test_the_records_survive_a_reopen_and_a_compaction(node: Node) -> None:
 
 
 def test_an_auth_change_is_format_3_and_older_formats_still_decode() -> None:
-    assert FORMAT_VERSION == 5  # bulk loads (tests/unit/test_load_command.py)
+    assert FORMAT_VERSION == 6  # alarms (tests/unit/test_alarms.py)
     change = grant("r", READ_APP, 10)
     data = encode_entry(Batch((change,), 5))
     assert data[0] == 3 and decode_entry(data).commands == (change,)
     assert encode_entry(Batch((Put(b"k", b"v"),)))[0] == 1  # what an older node reads
     with pytest.raises(UnsupportedEntryVersion):
-        decode_entry(b"\x06" + data[1:])
+        decode_entry(b"\x07" + data[1:])
     # An auth change in an entry that claims an older format is malformed.
     with pytest.raises(EntryDecodeError, match="later format"):
         decode_entry(b"\x02" + data[1:])

@@ -74,10 +74,10 @@ def test_entries_round_trip(cmds: list[Command], timestamp: int) -> None:
 
 def test_entry_starts_with_the_lowest_format_version_that_holds_it() -> None:
     assert encode_entry(Batch((Barrier(),)))[0] == 1
-    assert FORMAT_VERSION == 5  # bulk loads (tests/unit/test_load_command.py)
+    assert FORMAT_VERSION == 6  # alarms (tests/unit/test_alarms.py)
 
 
-@pytest.mark.parametrize("version", [0, 6, 255])
+@pytest.mark.parametrize("version", [0, 7, 255])
 def test_unknown_format_version_is_a_clear_error(version: int) -> None:
     data = bytes((version,)) + encode_entry(Batch((Put(b"k", b"v"),)))[1:]
     with pytest.raises(

@@ -291,3 +291,36 @@ def test_a_pass_rewrites_only_the_segments_worth_it(tmp_path: Path) -> None:
     compact(storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
     records = list(storage.commit_log.read(0))
     assert len(records) == len(state(storage)) == 2000
+
+
+def test_a_compaction_that_meets_a_full_disk_leaves_the_log_whole_and_can_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno  # noqa: PLC0415
+
+    from node.storage import compaction  # noqa: PLC0415
+
+    storage = open_storage(tmp_path, CONFIG)
+    for i in range(1, 301):
+        machine_of(storage).apply(i, encode_entry(Batch((Put(b"k%d" % (i % 10), b"x" * 50),), i)))
+    storage.commit_log.roll()
+    before = state_from_log(storage)
+    real_write = compaction._StagedWriter.write
+    calls = []
+
+    def full_disk(self: object, frames: list[tuple[int, bytes]]) -> None:
+        calls.append(len(frames))
+        real_write(self, frames)  # type: ignore[arg-type]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(compaction._StagedWriter, "write", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        compact(storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
+    assert calls  # it had staged a segment when the disk filled
+    log_dir = tmp_path / LOG_DIR
+    assert not segment_swap.staging_dir(log_dir).exists()  # the staged copy is gone
+    assert state_from_log(storage) == before  # the old segments are untouched
+    monkeypatch.setattr(compaction._StagedWriter, "write", real_write)
+    compact(storage.commit_log, storage.store, KEEP_NO_TOMBSTONES, CONFIG.segment_bytes)
+    assert [r.offset for r in storage.commit_log.read(0)] == list(range(291, 301))
+    storage.close()

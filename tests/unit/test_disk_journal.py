@@ -6,6 +6,7 @@ import os
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
@@ -119,3 +120,34 @@ def test_raft_meta_survives_reopening(tmp_path: Path) -> None:
     assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (7, "n2")
     assert reopened.getRaftCommitIndex() == 42
     reopened._destroy()
+
+
+def test_a_journal_on_a_nearly_full_disk_grows_by_what_it_needs_or_raises_enospc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its file grows with blocks allocated: a full disk is an OSError from add (and the
+    journal goes on once space is back), never a SIGBUS on a page of the mapping."""
+    import errno  # noqa: PLC0415
+
+    journal = DiskJournal(str(tmp_path / "journal"))
+    journal.add(b"first", 1, 1)
+    size = os.path.getsize(tmp_path / "journal")
+    room = [size + 300_000]  # the disk holds this much journal
+    real = os.posix_fallocate
+
+    def allocate(fd: int, offset: int, length: int) -> None:
+        if offset + length > room[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", allocate)
+    big = b"x" * size  # doubling the file would not fit; what it needs does
+    journal.add(big, 2, 1)
+    assert size < os.path.getsize(tmp_path / "journal") <= room[0]
+    with pytest.raises(OSError, match="No space"):
+        journal.add(b"y" * 400_000, 3, 1)
+    assert entries_of(journal) == [(b"first", 1, 1), (big, 2, 1)]
+    room[0] = 10 * size  # space freed
+    journal.add(b"y" * 400_000, 3, 1)
+    assert [index for _, index, _ in entries_of(journal)] == [1, 2, 3]
+    journal._destroy()

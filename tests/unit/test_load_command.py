@@ -47,7 +47,7 @@ def test_a_load_claiming_an_older_format_is_refused() -> None:
     with pytest.raises(EntryDecodeError, match="later format"):
         decode_entry(b"\x04" + data[1:])
     with pytest.raises(UnsupportedEntryVersion):
-        decode_entry(b"\x06" + data[1:])
+        decode_entry(b"\x07" + data[1:])
 
 
 def test_encoding_refuses_what_decoding_would() -> None:

@@ -37,6 +37,8 @@ from node.service.kv import Consistency, ScanPage, member_problem
 from node.service.lease_types import Fence
 from node.service.load_limits import LoadLimits
 from node.service.readiness import Readiness
+from node.state.alarm_commands import AlarmKind
+from node.state.alarms import Alarm
 from node.state.commands import Command, Txn
 from node.state.producers import ProducerTag
 from node.state.results import CommandResult
@@ -144,6 +146,15 @@ class NoService:
         raise NotImplementedError
 
     async def compact(self, force: bool = True) -> CompactionResult:
+        raise AssertionError("not served")
+
+    def alarms(self) -> tuple[Alarm, ...]:
+        raise AssertionError("not served")
+
+    async def raise_alarm(self, member: str, kind: AlarmKind, reason: str) -> tuple[Alarm, ...]:
+        raise AssertionError("not served")
+
+    async def disarm_alarms(self, member: str | None, kind: AlarmKind) -> tuple[Alarm, ...]:
         raise AssertionError("not served")
 
     @property

@@ -88,3 +88,26 @@ def test_password_hashes_are_salted_and_verify() -> None:
     assert first != second and first.startswith("scrypt$32768$8$3$")
     assert verify_password("pw", first) and not verify_password("pW", first)
     assert not verify_password("pw", "scrypt$garbage")
+
+
+def test_reading_alarms_needs_read_on_their_prefix_and_disarming_needs_admin() -> None:
+    from aiohttp.test_utils import make_mocked_request  # noqa: PLC0415
+
+    from http_api.permissions import authorize, need_of  # noqa: PLC0415
+    from node.errors import PermissionDenied  # noqa: PLC0415
+    from node.service.auth import Principal  # noqa: PLC0415
+    from node.state.auth_records import Permission, PermissionKind  # noqa: PLC0415
+
+    request = make_mocked_request("GET", "/v1/alarms")
+    everything = Principal("reader", (Permission(PermissionKind.READ, b"", is_prefix=True),))
+    app_only = Principal("app", (Permission(PermissionKind.READWRITE, b"app/", is_prefix=True),))
+    admin = Principal("root", (Permission(PermissionKind.ADMIN),))
+    listing, disarming = need_of("GET", "/v1/alarms"), need_of("POST", "/v1/alarms:disarm")
+    authorize(listing, everything, request)
+    with pytest.raises(PermissionDenied, match="alarms"):
+        authorize(listing, app_only, request)
+    authorize(listing, admin, request)
+    authorize(disarming, admin, request)
+    for principal in (everything, app_only):
+        with pytest.raises(PermissionDenied, match="admin"):
+            authorize(disarming, principal, request)

@@ -24,6 +24,7 @@ counting the index, term and command).
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -116,9 +117,13 @@ def _allocate(fd: int, size: int, new_size: int) -> None:
     where this raises OSError (ENOSPC) and leaves the file as it was."""
     try:
         os.posix_fallocate(fd, size, new_size - size)
-    except OSError:
+    except OSError as error:
         os.ftruncate(fd, size)  # a partial allocation may have grown it
-        raise
+        if error.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+        # A filesystem that cannot allocate ahead (some FUSE and network ones): grow
+        # the file sparse, as before (a full disk is then a SIGBUS, not ENOSPC).
+        os.ftruncate(fd, new_size)
 
 
 class JournalFullError(OSError):

@@ -14,6 +14,7 @@ strangers live there.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -32,12 +33,14 @@ from node import metrics
 from raft import leader_lease, pre_vote, read_index
 from raft.config import TransportLimits
 from raft.journal import DiskJournal
+from raft.log_throttle import ThrottledLog
 from raft.transmission import Transmissions
 from raft.transport import GuardedTransport
 
 logger = logging.getLogger(__name__)
 
 _LEADER = _RAFT_STATE.LEADER
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _TICK_HELD = 0.5
 """Seconds between two raft ticks beyond which the raft thread counts as held."""
 _SOON_AFTER_LEADER_LOST = 0.15
@@ -131,6 +134,7 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
             may_vote_for=self._may_vote_for,
         )
         self._rkv_last_check = pysyncobj_clock()
+        self._rkv_disk_log = ThrottledLog(logger)
         self.lease = leader_lease.LeaderLease(
             min_timeout=conf.raftMinTimeout,
             step_down_after=check_quorum_after or conf.raftMaxTimeout,
@@ -244,7 +248,18 @@ class RkvSyncObj(SyncObj):  # type: ignore[misc]
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         self._gate_election()
-        super()._onTick(timeToWait)
+        try:
+            super()._onTick(timeToWait)
+        except OSError as error:
+            if error.errno not in _DISK_FULL:
+                raise
+            # The disk is full (the journal cannot grow, the meta file cannot be
+            # written): the tick is retried until space is freed. One line per
+            # interval, not a traceback per tick (pysyncobj's loop logs each one).
+            self._rkv_disk_log.report(
+                "disk_full", "raft", "raft cannot write to its disk, retrying: %s", error
+            )
+            time.sleep(max(timeToWait, 0.05))
 
     def _gate_election(self) -> None:
         """Before pysyncobj starts an election (its timer ran out): unless a majority

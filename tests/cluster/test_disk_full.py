@@ -153,7 +153,11 @@ def test_a_write_that_meets_enospc_raises_the_alarm_and_nothing_crashes(
     (alarm,) = http("GET", leader.url + "/v1/alarms").json()["alarms"]
     assert alarm["member"] == "n2" and "disk full" in alarm["reason"]
     assert full.alive
-    assert "No space left on device" in full.log_path.read_text(errors="replace")
+    log = full.log_path.read_text(errors="replace")
+    assert "No space left on device" in log
+    # Raft retries its ticks on the full disk and says so once in a while, not with a
+    # traceback per tick (they filled the log's own disk).
+    assert log.count("failed _onTick") <= 3, log.count("failed _onTick")
     # Restarted on its full disk, it comes up (no restart loop) and still says why.
     cluster.kill(2)
     cluster.start_node(2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tracemalloc
 from pathlib import Path
@@ -151,3 +152,17 @@ def test_a_journal_on_a_nearly_full_disk_grows_by_what_it_needs_or_raises_enospc
     journal.add(b"y" * 400_000, 3, 1)
     assert [index for _, index, _ in entries_of(journal)] == [1, 2, 3]
     journal._destroy()
+
+
+def test_a_filesystem_that_cannot_allocate_ahead_still_grows_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    journal = DiskJournal(str(tmp_path / "j"))
+    for index in range(1, 40):
+        journal.add(b"x" * 100_000, index, 1)  # past the first MiB: the file grows
+    journal._destroy()
+    assert len(DiskJournal(str(tmp_path / "j"))) == 39

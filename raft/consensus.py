@@ -34,6 +34,7 @@ from node.errors import NodeNotReady, NotApplied
 from node.state.commands import Command
 from node.state.machine import StateMachine
 from node.state.results import CommandResult
+from node.storage.datadir import make_directories
 from node.storage.recovery import NodeStorage
 from raft.ack_syncer import AckSyncer
 from raft.config import Member, RaftConfig
@@ -141,7 +142,7 @@ class RaftConsensus:
         self._loop = asyncio.get_running_loop()
         self._syncer.start()
         journal_dir = Path(self._config.journal_dir)
-        journal_dir.mkdir(parents=True, exist_ok=True)
+        make_directories(journal_dir)
         cfg = self._config
         conf = SyncObjConf(
             password=cfg.secret,

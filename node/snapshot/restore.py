@@ -48,7 +48,7 @@ from node.snapshot.format import (
 )
 from node.storage.commit_log import CommitLog
 from node.storage.config import FsyncPolicy, StorageConfig
-from node.storage.datadir import LOG_DIR, STATE_DIR, fsync_directory
+from node.storage.datadir import LOG_DIR, STATE_DIR, fsync_directory, make_directories
 from node.storage.lmdb_store import LmdbStore
 from node.storage.record import PREFIX, Record, decode_body
 
@@ -111,7 +111,7 @@ def restore_snapshot(
     config = config or StorageConfig(fsync=FsyncPolicy.ON_SYNC)
     check_fresh_data_dir(data_dir)
     created_dir = not data_dir.exists()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_directories(data_dir)
     staging = data_dir / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()

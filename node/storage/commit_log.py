@@ -30,7 +30,7 @@ from node.errors import StorageError
 from node.keyspace import MAX_KEY_BYTES
 from node.storage import segment_swap
 from node.storage.config import FsyncPolicy, StorageConfig
-from node.storage.datadir import fsync_directory
+from node.storage.datadir import fsync_directory, make_directories
 from node.storage.record import Record, encode_entry_records, max_record_bytes
 from node.storage.segment import LOG_SUFFIX, Segment
 
@@ -65,7 +65,7 @@ class CommitLog:
     @classmethod
     def open(cls, directory: Path, config: StorageConfig) -> CommitLog:
         log = cls(directory, config)
-        directory.mkdir(parents=True, exist_ok=True)
+        make_directories(directory)
         segment_swap.recover(directory)
         log._segments = log._load_segments()
         log._bases = [s.base_offset for s in log._segments]

@@ -27,6 +27,22 @@ INSTALL_FLAG_FILE = "state.installing"
 INSTALL_STAGING_DIR = ".install-staging"
 
 
+def make_directories(path: Path, mode: int = 0o777) -> None:
+    """``path`` and its missing parents, each new name made durable (its parent
+    directory fsynced): a file fsynced inside a directory whose own name was never
+    synced can vanish with that name in a power cut. An existing ``path``'s name is
+    synced again too (an earlier version created it without)."""
+    missing = []
+    level = path
+    while not level.exists():
+        missing.append(level)
+        level = level.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=mode, exist_ok=True)
+    for directory in [path, *missing[1:]]:
+        fsync_directory(directory.parent)
+
+
 def fsync_directory(directory: Path) -> None:
     """Make the directory's entries (renames, new and removed files) durable."""
     fd = os.open(directory, os.O_RDONLY)

@@ -54,7 +54,7 @@ import lmdb
 from node import metrics
 from node.errors import StoreCorruptError, StoreError, StoreFullError
 from node.keyspace import RESERVED_PREFIX
-from node.storage.datadir import fsync_directory
+from node.storage.datadir import fsync_directory, make_directories
 from node.storage.key_order import LMDB_KEY_LIMIT, LONG_KEY_PREFIX, lmdb_key
 from node.storage.record import Record, RecordOp
 
@@ -383,13 +383,15 @@ class LmdbStore:
 
     @classmethod
     def open(cls, path: Path, map_size: int) -> LmdbStore:
-        path.mkdir(parents=True, exist_ok=True)
+        make_directories(path)
         try:
-            return cls(cls._open_env(path, map_size), path)
+            store = cls(cls._open_env(path, map_size), path)
         except (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError) as exc:
             raise StoreCorruptError(f"LMDB at {path} is damaged: {exc}") from exc
         except lmdb.Error as exc:
             raise StoreError(f"cannot open LMDB at {path}: {exc}") from exc
+        fsync_directory(path)  # the names of the files LMDB may just have created
+        return store
 
     @staticmethod
     def destroy(path: Path) -> None:

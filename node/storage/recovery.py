@@ -34,6 +34,7 @@ from node.storage.datadir import (
     OWNER_FILE,
     STATE_DIR,
     fsync_directory,
+    make_directories,
 )
 from node.storage.lmdb_store import LmdbStore
 from node.storage.replay import ReplayProgress, replay
@@ -124,7 +125,7 @@ def _discard_interrupted_install(data_dir: Path) -> None:
 def open_storage(
     data_dir: Path, config: StorageConfig, progress: ReplayProgress | None = None
 ) -> NodeStorage:
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the owner's only
+    make_directories(data_dir, mode=0o700)  # the owner's only
     _discard_interrupted_install(data_dir)
     commit_log = CommitLog.open(data_dir / LOG_DIR, config)
     boot_id = current_boot_id()

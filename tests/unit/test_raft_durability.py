@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pysyncobj.journal import LAST_RECORD_OFFSET_OFFSET, MetaStorer
 
+from node.storage import datadir
 from raft.journal import DiskJournal
 from raft.meta_file import DurableMeta, MetaFileError
 
@@ -115,3 +116,23 @@ def test_stale_records_past_the_synced_end_are_not_taken_for_new_ones(tmp_path: 
         f.write(struct.pack("<I", old_end))
     assert new_end < old_end
     assert _entries(path) == [(4, 2), (5, 2), (6, 2)]
+
+
+def test_new_directories_are_made_with_durable_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    real = datadir.fsync_directory
+
+    def recording(directory: Path) -> None:
+        synced.append(directory)
+        real(directory)
+
+    monkeypatch.setattr(datadir, "fsync_directory", recording)
+    target = tmp_path / "a" / "b" / "c"
+    datadir.make_directories(target)
+    assert target.is_dir()
+    assert set(synced) == {tmp_path, tmp_path / "a", tmp_path / "a" / "b"}
+    synced.clear()
+    datadir.make_directories(target)  # an existing one: its name is synced again
+    assert synced == [tmp_path / "a" / "b"]

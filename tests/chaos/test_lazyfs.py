@@ -234,3 +234,23 @@ def test_rkv_disk_journal_keeps_a_vote_across_a_power_cut(lazy: LazyMount) -> No
         assert (restarted.getCurrentTerm(), restarted.getVotedForNodeId()) == (5, "n2")
     finally:
         restarted._destroy()
+
+
+def test_in_the_journal_model_a_file_fsync_makes_earlier_name_changes_durable(
+    tmp_path: Path,
+) -> None:
+    lazy = LazyMount(tmp_path / "disk", tmp_path / "mnt", names="journal").start()
+    try:
+        mnt = lazy.mountpoint
+        (mnt / "sub").mkdir()
+        (mnt / "sub" / "a").write_bytes(b"never fsynced")
+        _write_fsynced(mnt / "b", b"fsynced")  # commits sub/, sub/a and b
+        (mnt / "c").write_bytes(b"after the last fsync")
+
+        _power_cycle(lazy)
+
+        assert sorted(os.listdir(mnt)) == ["b", "sub"]
+        assert (mnt / "b").read_bytes() == b"fsynced"
+        assert (mnt / "sub" / "a").read_bytes() == b""  # its name survived, its data not
+    finally:
+        lazy.stop()

@@ -13,7 +13,7 @@ import threading
 from mfusepy import FUSE
 
 from tests.chaos.rig.lazyfs.control import ControlServer
-from tests.chaos.rig.lazyfs.filesystem import LazyFS
+from tests.chaos.rig.lazyfs.filesystem import NAME_MODELS, LazyFS
 
 logger = logging.getLogger("lazyfs")
 
@@ -24,9 +24,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("mountpoint")
     parser.add_argument("--control", required=True, help="the control socket's path")
     parser.add_argument("--trash", help="default: BACKING.lazyfs-trash")
+    parser.add_argument(
+        "--names", choices=NAME_MODELS, default="strict", help="when name changes are durable"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s lazyfs %(message)s")
-    fs = LazyFS(args.backing, args.trash or args.backing.rstrip("/") + ".lazyfs-trash")
+    trash = args.trash or args.backing.rstrip("/") + ".lazyfs-trash"
+    fs = LazyFS(args.backing, trash, args.names)
     if os.path.exists(args.control):
         os.unlink(args.control)
     control = ControlServer(args.control, fs)

@@ -33,6 +33,13 @@ _KERNEL_FLAGS = os.O_TRUNC | os.O_APPEND
 through the bookkeeping, and the kernel already turns appends into offsets."""
 
 
+NAME_MODELS = ("strict", "journal")
+"""When a name change (create, unlink, rename) becomes durable. ``strict``: once a
+directory it changed is fsynced (POSIX; entries.py). ``journal``: also at any fsync
+of a file, which commits every name change made before it, as a journaling
+filesystem (ext4, XFS) does in practice."""
+
+
 def _backing_flags(flags: int) -> int:
     """Write-only opens become read-write: saving a block's durable content reads it."""
     flags &= ~_KERNEL_FLAGS
@@ -64,7 +71,10 @@ def paths_by_inode(root: str) -> dict[int, str]:
 class LazyFS(Operations):  # type: ignore[misc]
     use_ns = True
 
-    def __init__(self, root: str, trash: str) -> None:
+    def __init__(self, root: str, trash: str, names: str = "strict") -> None:
+        if names not in NAME_MODELS:
+            raise ValueError(f"names: one of {NAME_MODELS}")
+        self.names = names
         self.root = os.path.realpath(root)
         self.data = PendingData()
         self.entries = PendingEntries(self.root, trash)
@@ -293,6 +303,8 @@ class LazyFS(Operations):  # type: ignore[misc]
             else:
                 os.fsync(fh)
             self.data.synced(fh)
+            if self.names == "journal":
+                self.entries.make_all_durable()
         return 0
 
     def flush(self, path: str, fh: int) -> int:

@@ -37,6 +37,8 @@ class LazyMount:
     mountpoint: Path
     control_path: Path = field(default=Path())
     log_path: Path = field(default=Path())
+    names: str = "strict"
+    """When name changes become durable: filesystem.NAME_MODELS."""
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -57,7 +59,8 @@ class LazyMount:
         self.control_path.unlink(missing_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 (the daemon keeps it)
         argv = [sys.executable, "-m", "tests.chaos.rig.lazyfs.daemon", str(self.backing),
-                str(self.mountpoint), "--control", str(self.control_path)]  # fmt: skip
+                str(self.mountpoint), "--control", str(self.control_path),
+                "--names", self.names]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()

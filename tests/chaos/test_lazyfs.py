@@ -177,7 +177,19 @@ def test_the_disk_full_mode_answers_enospc_at_the_cap_then_recovers(lazy: LazyMo
             os.posix_fallocate(f.fileno(), written, 1 << 20)
         assert no_room.value.errno == errno.ENOSPC
     assert 0 < written <= 64 * 1024
+    assert lazy.stats()["refused"] == 2
     assert (mnt / "fill").stat().st_size == written  # nothing torn past what was accepted
+
+    # A sparse file's holes are not allocated yet: filling them needs room too.
+    lazy.set_cap(None)
+    with open(mnt / "sparse", "wb") as f:
+        f.truncate(1 << 20)
+    lazy.set_cap(lazy.stats()["used"] + 64 * 1024)
+    with open(mnt / "sparse", "r+b", buffering=0) as f, pytest.raises(OSError) as hole:
+        for offset in range(0, 1 << 20, 4096):
+            f.seek(offset)
+            f.write(b"h" * 4096)
+    assert hole.value.errno == errno.ENOSPC
 
     lazy.set_cap(None)
     with open(mnt / "fill", "ab") as f:

@@ -48,6 +48,27 @@ def _backing_flags(flags: int) -> int:
     return flags
 
 
+def _unallocated(fd: int, start: int, end: int) -> int:
+    """Bytes of [start, end) the file has no blocks for yet (holes, and past its end):
+    what writing there would allocate (a backing filesystem without SEEK_HOLE
+    reports no holes)."""
+    if start >= os.fstat(fd).st_size:
+        return end - start
+    missing = 0
+    position = start
+    while position < end:
+        hole = os.lseek(fd, position, os.SEEK_HOLE)
+        if hole >= end:
+            break
+        try:
+            data = os.lseek(fd, hole, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole up to the end of the file
+            data = end
+        missing += min(data, end) - hole
+        position = data
+    return missing
+
+
 def _used_bytes(root: str) -> int:
     used = 0
     for folder, _dirs, files in os.walk(root):
@@ -79,6 +100,8 @@ class LazyFS(Operations):  # type: ignore[misc]
         self.data = PendingData()
         self.entries = PendingEntries(self.root, trash)
         self.cap: int | None = None
+        self.refused = 0
+        """How many writes and fallocates the cap refused (ENOSPC)."""
         self.used = _used_bytes(self.root)
         self._mutex = threading.RLock()
 
@@ -100,6 +123,7 @@ class LazyFS(Operations):  # type: ignore[misc]
                 "pending_entries": len(self.entries.changes),
                 "cap": self.cap,
                 "used": self.used,
+                "refused": self.refused,
             }
 
     def power_cut(self) -> dict[str, int]:
@@ -116,13 +140,12 @@ class LazyFS(Operations):  # type: ignore[misc]
 
     # -- space ------------------------------------------------------------------------
 
-    def _check_space(self, fd: int, end: int) -> int:
-        """Refuse growth past the cap; returns the file's allocation before the change."""
-        st = os.fstat(fd)
-        growth = max(0, end - st.st_size)
-        if self.cap is not None and growth and self.used + growth > self.cap:
+    def _check_space(self, fd: int, start: int, end: int) -> int:
+        """Refuse to allocate past the cap; returns the file's allocation before the change."""
+        if self.cap is not None and self.used + _unallocated(fd, start, end) > self.cap:
+            self.refused += 1
             raise FuseOSError(errno.ENOSPC)
-        return int(st.st_blocks)
+        return int(os.fstat(fd).st_blocks)
 
     def _account(self, fd: int, blocks_before: int) -> None:
         self.used += (os.fstat(fd).st_blocks - blocks_before) * 512
@@ -260,7 +283,7 @@ class LazyFS(Operations):  # type: ignore[misc]
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         with self._mutex:
-            blocks = self._check_space(fh, offset + len(data))
+            blocks = self._check_space(fh, offset, offset + len(data))
             self.data.before_write(fh, offset, len(data))
             written = os.pwrite(fh, data, offset)
             self._account(fh, blocks)
@@ -288,12 +311,10 @@ class LazyFS(Operations):  # type: ignore[misc]
         if mode != 0:
             raise FuseOSError(errno.EOPNOTSUPP)
         with self._mutex:
-            st = os.fstat(fh)
-            if self.cap is not None and self.used + size > self.cap:
-                raise FuseOSError(errno.ENOSPC)
-            self.data.before_truncate(fh, st.st_size)  # records the durable size
+            blocks = self._check_space(fh, offset, offset + size)
+            self.data.before_truncate(fh, os.fstat(fh).st_size)  # records the durable size
             os.posix_fallocate(fh, offset, size)
-            self._account(fh, st.st_blocks)
+            self._account(fh, blocks)
         return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:

@@ -15,7 +15,7 @@ from tests.chaos.rig.nemesis import _pick as pick_node
 
 ALL_AT_ONCE_SHARE = 0.3
 """How often a power cut takes every node at once (the harshest case)."""
-DISK_FULL_HEADROOM = 256 * 1024
+DISK_FULL_HEADROOM = 32 * 1024
 """Bytes left free on the node whose disk the nemesis fills."""
 
 

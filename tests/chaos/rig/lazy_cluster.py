@@ -50,5 +50,11 @@ class LazyCluster(ProxiedCluster):
         try:
             super().stop()
         finally:
-            for mount in self.mounts:
-                mount.stop()
+            failures = []
+            for mount in self.mounts:  # every one, even after one failed
+                try:
+                    mount.stop()
+                except RuntimeError as exc:
+                    failures.append(str(exc))
+            if failures:
+                raise RuntimeError("; ".join(failures))

@@ -2,7 +2,8 @@
 what was made durable survives a power cut, what was not is lost (file data,
 mmap pages, directory entries), and the disk-full mode answers ENOSPC at its
 cap and recovers when the cap is lifted. Also the bug issue 20 names:
-pysyncobj's meta storer (write + rename, no fsync) forgets a vote."""
+pysyncobj's meta storer (write + rename, no fsync) forgets a vote, and rkv's
+journal (raft/meta_file.py) keeps it."""
 
 from __future__ import annotations
 
@@ -225,12 +226,8 @@ def _set_term_then_die(journal: Path, term: int, vote: str) -> None:
     assert subprocess.run([sys.executable, "-c", program], env=env, check=False).returncode == -9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20: raft/journal.py still stores term and vote with pysyncobj's MetaStorer "
-    "(no fsync); the lead's durable storer makes this pass (then drop this mark)",
-)
 def test_rkv_disk_journal_keeps_a_vote_across_a_power_cut(lazy: LazyMount) -> None:
+    """raft/meta_file.py: term and vote fsynced, renamed, the directory fsynced."""
     from raft.journal import DiskJournal  # noqa: PLC0415 (the engine's owner, in a test)
 
     journal = lazy.mountpoint / "journal"

@@ -2,21 +2,25 @@
 (tests/chaos/rig/lazy_cluster.py): ``power`` cuts the power of one node (the
 leader or another) or of every node at once, losing all each had not
 fsynced, then restarts them; ``disk-full`` caps one node's disk a little above
-what it uses, under the workload's writes, then lifts the cap (and restarts
-the node if the full disk brought it down)."""
+what it uses, under the workload's writes, then lifts the cap, restarts the
+node if the full disk brought it down, and disarms the NOSPACE alarm."""
 
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 
 from tests.chaos.rig.lazy_cluster import LazyCluster
 from tests.chaos.rig.nemesis import _pick as pick_node
+from tests.support.cluster import http
 
 ALL_AT_ONCE_SHARE = 0.3
 """How often a power cut takes every node at once (the harshest case)."""
 DISK_FULL_HEADROOM = 32 * 1024
-"""Bytes left free on the node whose disk the nemesis fills."""
+"""Bytes left free on the node whose disk the nemesis fills (under a node's
+--nospace-free-bytes: its space check raises the NOSPACE alarm at once)."""
+DISARM_TIMEOUT = 30.0
 
 
 def _pick(cluster: LazyCluster, rng: random.Random) -> tuple[int, bool]:
@@ -68,9 +72,21 @@ class DiskFull:
         return f"disk of {node_id}{leader} full: capped at {used + DISK_FULL_HEADROOM} bytes"
 
     def heal(self) -> None:
+        """The operator's runbook (docs/OPERATIONS.md): free space, then disarm the
+        NOSPACE alarm the full disk raised (writes that add data wait for that)."""
         if self._full is None:
             return
         self.cluster.mounts[self._full].set_cap(None)
         if not self.cluster.nodes[self._full].alive:
             self.cluster.start_node(self._full)
         self._full = None
+        deadline = time.monotonic() + DISARM_TIMEOUT
+        while time.monotonic() < deadline:
+            for node in self.cluster.live():
+                try:
+                    answer = http("POST", node.url + "/v1/alarms:disarm", b"", timeout=5)
+                except OSError:
+                    continue
+                if answer.status == 200:
+                    return
+            time.sleep(0.2)

@@ -50,7 +50,9 @@ $(STAMP): pyproject.toml
 # Prometheus and promtool for the metrics tests (tests/cluster/test_prometheus.py
 # starts its own server on 127.0.0.1; the package's service, which would listen on
 # every interface at :9090, is stopped and disabled when this installs it),
-# iptables for the namespaced partitions (tests/chaos/rig/netns.py, root only), and
+# iptables for the namespaced partitions (tests/chaos/rig/netns.py, root only), fuse3
+# (libfuse3 and fusermount3) for the chaos rig's power-loss filesystem
+# (tests/chaos/rig/lazyfs/, root and /dev/fuse), and
 # for the container tier (tests/docker/) Docker's engine, compose and
 # debootstrap (its base image is made locally: no registry is needed).
 system-deps:
@@ -59,6 +61,7 @@ system-deps:
 	@command -v promtool >/dev/null 2>&1 || { $(APT_INSTALL) prometheus && \
 		{ [ ! -d /run/systemd/system ] || $(SUDO) systemctl disable --now prometheus; }; }
 	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || $(APT_INSTALL) iptables
+	@command -v fusermount3 >/dev/null 2>&1 || $(APT_INSTALL) fuse3
 	@command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || $(APT_INSTALL) docker.io
 	@command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || \
 		$(APT_INSTALL) docker-compose

@@ -2,7 +2,7 @@
 
     python -m bench.chaos [--duration 300] [--nemesis all|kill,pause,...] [--seed N]
                           [--workers 6] [--keys 5] [--lock-clients 4] [--out bench/results]
-                          [--node-arg=--http-workers=2 ...]
+                          [--node-arg=--http-workers=2 ...] [--lazy-fs strict|journal]
 
 Starts a 3-node cluster of real processes whose raft links go through a TCP
 proxy (tests/chaos/rig/netfault.py, so partitions need no root), runs
@@ -17,6 +17,10 @@ also contend for one lock and write under it with fencing tokens
 lease's TTL or kill it. Then it heals everything and checks linearizability per
 key, stale reads, lost acknowledged writes, replica convergence, the counter, and
 the lock's tokens and fenced writes (tests/chaos/rig/lock_checker.py).
+With --lazy-fs MODEL each node's data directory is a lazy FUSE mount of its own
+(tests/chaos/rig/lazyfs/: root, /dev/fuse and fuse3 needed), which enables two
+more nemeses: ``power`` (a power cut of one node or of all at once: what was
+not fsynced is lost) and ``disk-full`` (one node's disk capped, then freed).
 
 Output: progress on stderr; the summary on stdout; chaos.json, chaos.html
 (a timeline and every fault and anomaly), history.jsonl and (with lock clients)
@@ -37,7 +41,9 @@ from pathlib import Path
 from bench.chaos_report import render
 from bench.support import progress
 from tests.chaos.rig.campaign import run_campaign
-from tests.chaos.rig.nemesis import LOCK_NEMESES, NEMESES
+from tests.chaos.rig.lazy_cluster import LazyCluster
+from tests.chaos.rig.lazyfs.filesystem import NAME_MODELS
+from tests.chaos.rig.nemesis import LAZY_NEMESES, LOCK_NEMESES, NEMESES
 from tests.chaos.rig.netfault import ProxiedCluster
 from tests.chaos.rig.workload import WorkloadConfig
 
@@ -46,7 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of faults")
     parser.add_argument(
-        "--nemesis", default="all", help=f"all, or some of {','.join(NEMESES + LOCK_NEMESES)}"
+        "--nemesis",
+        default="all",
+        help=f"all, or some of {','.join(NEMESES + LOCK_NEMESES + LAZY_NEMESES)}",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=6)
@@ -60,13 +68,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="ARG",
         help="an extra flag for every node, repeatable (--node-arg=--http-workers=2)",
     )
+    parser.add_argument(
+        "--lazy-fs",
+        choices=NAME_MODELS,
+        help="each node's data directory on a lazy FUSE mount (enables power, disk-full) whose "
+        "name changes are durable after a directory fsync (strict) or any fsync (journal)",
+    )
     args = parser.parse_args(argv)
-    known = NEMESES + LOCK_NEMESES if args.lock_clients > 0 else NEMESES
+    known: tuple[str, ...] = NEMESES + LOCK_NEMESES if args.lock_clients > 0 else NEMESES
+    known += LAZY_NEMESES if args.lazy_fs else ()
     names = list(known) if args.nemesis == "all" else args.nemesis.split(",")
     unknown = [n for n in names if n not in known]
     if unknown or args.duration <= 0 or args.workers < 1 or args.keys < 1:
         parser.error(
-            f"unknown nemesis {unknown} (the lock nemeses need --lock-clients)"
+            f"unknown nemesis {unknown} (the lock nemeses need --lock-clients, "
+            "power and disk-full need --lazy-fs)"
             if unknown
             else "duration, workers, keys must be > 0"
         )
@@ -79,7 +95,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="rkv-chaos-"))
-    cluster = ProxiedCluster(scratch / "cluster", extra_args=list(args.node_arg))
+    cluster = (
+        LazyCluster(scratch / "cluster", extra_args=list(args.node_arg), names=args.lazy_fs)
+        if args.lazy_fs
+        else ProxiedCluster(scratch / "cluster", extra_args=list(args.node_arg))
+    )
     try:
         progress(f"starting a proxied 3-node cluster in {scratch}")
         cluster.start(60)
@@ -101,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "nemeses": ",".join(args.nemeses),
             "node_args": " ".join(args.node_arg),
+            "lazy_fs": args.lazy_fs,
         }
         (args.out / "chaos.json").write_text(
             json.dumps({"meta": meta, **result.to_dict()}, indent=1)

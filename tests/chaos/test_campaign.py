@@ -6,8 +6,10 @@ every check: linearizability per key, stale reads, lost acknowledged writes,
 replica convergence, the idempotent counter. The ``locks`` campaign adds the lock
 workload: four client processes contend for one lock and write under it with
 fencing tokens while nemeses also pause the holder past its lease's TTL and kill
-it (tests/chaos/rig/lock_checker.py checks the tokens and the writes). Any anomaly
-fails the test with its history excerpt.
+it (tests/chaos/rig/lock_checker.py checks the tokens and the writes). The
+``power`` campaign keeps each node's data directory on a lazy FUSE mount
+(tests/chaos/rig/lazyfs/) and cuts the power of one node or of all at once: what
+was not fsynced is lost. Any anomaly fails the test with its history excerpt.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from http_api.client import Credentials
 from tests.chaos.rig.campaign import assert_passed, run_campaign
+from tests.chaos.rig.lazy_cluster import LazyCluster
 from tests.chaos.rig.netfault import ProxiedCluster
 from tests.chaos.rig.workload import WorkloadConfig
 from tests.support.cluster import ClusterTls
@@ -41,15 +44,24 @@ CAMPAIGNS = [
     # Reads served by HTTP worker processes (their read-only LMDB reopened after a
     # wipe's state install) and followers' linearizable reads by read index.
     pytest.param(["kill", "pause", "wipe", "partition"], 15, 0, id="workers-kill-pause-wipe"),
+    # Power cuts with the strict model of names (POSIX: a name change is durable once
+    # its directory is fsynced; docs/OPERATIONS.md "Power loss in the chaos rig"), and
+    # full disks (the NOSPACE alarm raised, then disarmed once space is freed).
+    pytest.param(["power", "disk-full"], 22, 0, id="power-strict-disk-full"),
 ]
 
 
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProxiedCluster]:
-    secured = request.node.callspec.id.startswith("tls-auth")
-    workers = ["--http-workers", "2"] if request.node.callspec.id.startswith("workers") else []
-    running = ProxiedCluster(
-        tmp_path / "cluster", tls=ClusterTls() if secured else None, extra_args=workers
+    campaign = request.node.callspec.id
+    secured = campaign.startswith("tls-auth")
+    workers = ["--http-workers", "2"] if campaign.startswith("workers") else []
+    running = (
+        LazyCluster(tmp_path / "cluster", names="strict")
+        if campaign.startswith("power")
+        else ProxiedCluster(
+            tmp_path / "cluster", tls=ClusterTls() if secured else None, extra_args=workers
+        )
     )
     try:
         running.start(60)
@@ -93,6 +105,9 @@ def test_a_short_campaign_finds_no_anomaly(
     print(summary)
     assert_passed(result)
     assert result.counter["acknowledged"] > 0
+    if "power" in nemeses:
+        faults = result.summary()["faults_by_kind"]
+        assert faults.get("power", 0) >= 1 and faults.get("disk-full", 0) >= 1, summary
     if lock_clients:
         # The lock changed hands, writes were accepted under it, and some were fenced:
         # every lapsing holder writes until it is refused.

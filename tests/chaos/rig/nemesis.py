@@ -4,9 +4,11 @@ Every nemesis acts on real node processes (tests/support/cluster.py) or on the
 raft links between them (tests/chaos/rig/netfault.py): kill -9 and restart a
 node (the leader or another), SIGSTOP / SIGCONT, a network partition, a
 full-cluster crash and restart, a follower wiped and rebuilt from the leader,
-forced compactions; and on the lock workload's client processes
-(lock_nemesis.py): the lock's holder paused past its TTL, or killed. ``inject``
-returns what it did; ``heal`` undoes it.
+forced compactions; on clusters whose data directories are lazy mounts
+(power_nemesis.py): a power cut (unsynced data lost) of one node or all, a
+full disk; and on the lock workload's client processes (lock_nemesis.py): the
+lock's holder paused past its TTL, or killed. ``inject`` returns what it did;
+``heal`` undoes it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from tests.chaos.rig.lazy_cluster import LazyCluster
 from tests.chaos.rig.lock_nemesis import KillClient, PauseClient
 from tests.chaos.rig.lock_workload import LockWorkload
 from tests.support.cluster import LocalCluster, NodeProcess, http
@@ -218,6 +221,8 @@ class Compact:
 NEMESES = ("kill", "pause", "partition", "crash_all", "wipe", "compact")
 LOCK_NEMESES = ("pause_client", "kill_client")
 """The nemeses that need the lock workload's clients."""
+LAZY_NEMESES = ("power", "disk-full")
+"""The nemeses that need the data directories on lazy mounts (LazyCluster)."""
 
 
 def build(
@@ -232,6 +237,14 @@ def build(
             if locks is None:
                 raise ValueError(f"the {name} nemesis needs the lock workload")
             made.append(PauseClient(locks) if name == "pause_client" else KillClient(locks))
+            continue
+        if name in LAZY_NEMESES:
+            if not isinstance(cluster, LazyCluster):
+                raise ValueError(f"the {name} nemesis needs the data directories on lazy mounts")
+            # Imported here: power_nemesis.py imports this module's node picker (_pick).
+            from tests.chaos.rig.power_nemesis import DiskFull, PowerCut  # noqa: PLC0415
+
+            made.append(PowerCut(cluster) if name == "power" else DiskFull(cluster))
             continue
         if name == "kill":
             made.append(Kill(cluster))
@@ -248,6 +261,6 @@ def build(
         elif name == "compact":
             made.append(Compact(cluster))
         else:
-            choices = ", ".join((*NEMESES, *LOCK_NEMESES))
+            choices = ", ".join((*NEMESES, *LOCK_NEMESES, *LAZY_NEMESES))
             raise ValueError(f"unknown nemesis {name!r}: choose from {choices}")
     return made

@@ -32,7 +32,7 @@ def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
         if not isinstance(body, dict) or set(body) - {"kind", "member"}:
             raise InvalidRequest(f"the body must be {DISARM_BODY}", "invalid_alarm")
         member = body.get("member")
-        if member is not None and not isinstance(member, str):
+        if "member" in body and not isinstance(member, str):
             raise InvalidRequest("member must be a member id (a string)", "invalid_alarm")
         kind = checked_kind(body.get("kind", AlarmKind.NOSPACE.value))
         return _listed(await request.app[service_key].disarm_alarms(member, kind))

@@ -165,7 +165,14 @@ def test_the_alarm_survives_a_restart_of_every_member(kv: LocalCluster) -> None:
 
 def test_bad_disarm_requests_are_400s(kv: LocalCluster) -> None:
     leader = kv.leader()
-    for body in ({"kind": "disk"}, {"member": "a/b"}, {"member": 5}, {"other": 1}, [1]):
+    for body in (
+        {"kind": "disk"},
+        {"member": "a/b"},
+        {"member": 5},
+        {"member": None},
+        {"other": 1},
+        [1],
+    ):
         status, answer = call(leader, "POST", "/v1/alarms:disarm", body)
         assert status == 400 and answer["code"] in ("invalid_alarm", "invalid_request"), body
     refused_cli = rkv("alarm", "disarm", "--member", "a/b", "--url", leader.url)

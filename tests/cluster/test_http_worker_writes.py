@@ -15,10 +15,11 @@ import json
 from collections.abc import Iterator
 from http.client import HTTPConnection, HTTPResponse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.cluster import LocalCluster, NodeProcess, http
+from tests.support.cluster import LocalCluster, NodeProcess, http, wait_until
 
 MAX_VALUE = 4096
 ARGS = ["--http-workers", "2", "--max-value-bytes", str(MAX_VALUE)]
@@ -51,12 +52,17 @@ def request(
 
 
 def workers(node: NodeProcess, headers: dict[str, str] | None = None) -> tuple[int, int]:
-    """(connections the node's workers hold, writes main proposed for them)."""
-    answer = http("GET", node.url + "/v1/status", headers=headers or node.headers)
-    assert answer.status == 200, answer.body[:300]
-    listed = answer.json()["http_workers"]
-    assert len(listed) == 2 and all(w["ready"] for w in listed), listed
-    return sum(w["connections"] for w in listed), sum(w["writes"] for w in listed)
+    """(connections the node's workers hold, writes main proposed for them), once both
+    workers are ready (they start a few seconds after the node on a busy machine)."""
+
+    def listed() -> list[dict[str, Any]] | None:
+        answer = http("GET", node.url + "/v1/status", headers=headers or node.headers)
+        assert answer.status == 200, answer.body[:300]
+        found: list[dict[str, Any]] = answer.json()["http_workers"]
+        return found if len(found) == 2 and all(w["ready"] for w in found) else None
+
+    ready = wait_until(listed, 60, "both HTTP workers ready")
+    return sum(w["connections"] for w in ready), sum(w["writes"] for w in ready)
 
 
 def on_worker(node: NodeProcess, first: str) -> HTTPConnection:

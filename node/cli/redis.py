@@ -18,7 +18,6 @@ import os
 import signal
 import stat
 import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -46,6 +45,7 @@ MIB = 1024 * 1024
 DEFAULT_MAX_COMMAND_BYTES = 64 * MIB
 DEFAULT_MAX_SPOOL_BYTES = 4096 * MIB
 DEFAULT_MAX_RDB_VALUE_BYTES = 256 * MIB
+DEFAULT_LOCK_TTL = 10
 
 
 def _at_least(minimum: int) -> Any:
@@ -87,9 +87,22 @@ def add_commands(sub: Any) -> None:
     add = replicate.add_argument
     add(
         "--source",
-        required=True,
+        default=None,
         help="the master: redis://[user@]host:port (a password in the URL shows in ps: "
-        f"prefer --source-password-file or ${PASSWORD_ENV})",
+        f"prefer --source-password-file or ${PASSWORD_ENV}); required unless --status",
+    )
+    add(
+        "--status",
+        action="store_true",
+        help="print who replicates --prefix (the lock's holder, since when) and its "
+        "checkpoint, then exit",
+    )
+    add(
+        "--lock-ttl",
+        type=positive_int,
+        default=DEFAULT_LOCK_TTL,
+        help="seconds of the lease behind the prefix's lock: a standby takes over this "
+        f"long after the active replicator vanished ({DEFAULT_LOCK_TTL})",
     )
     add(
         "--source-password-file",
@@ -161,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if name == "redis-dump":
             return _dump(args)
+        if args.status:
+            return _status(args)
+        if args.source is None:
+            raise ValueError("--source is required (unless --status)")
         return _replicate(args)
     except ValueError as exc:
         print(f"rkv {name}: {exc}", file=sys.stderr)
@@ -189,6 +206,23 @@ def _dump(args: argparse.Namespace) -> int:
         except NothingReplicated as exc:
             print(f"rkv redis-dump: {exc}", file=sys.stderr)
             return EXIT_STOPPED
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from http_api.client import RkvClient  # noqa: PLC0415
+    from replication.redis.batch import RkvStore  # noqa: PLC0415
+    from replication.redis.checkpoint import checkpoint_name  # noqa: PLC0415
+    from replication.redis.standby import lock_name, status_lines  # noqa: PLC0415
+
+    prefix = _prefix(args)
+    name = lock_name(prefix)
+    with RkvClient(_urls(args), credentials=credentials_from(args)) as client:
+        leader = client.leader(name)
+        checkpoint, _version = RkvStore(client, checkpoint_name(prefix)).read_checkpoint()
+    for line in status_lines(prefix, name, leader, checkpoint):
+        print(line)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -246,7 +280,8 @@ def _replicate(args: argparse.Namespace) -> int:
     from replication.redis.batch import CheckpointConflict  # noqa: PLC0415
     from replication.redis.commands.dispatch import ReplicationStop  # noqa: PLC0415
     from replication.redis.link.master_link import LimitExceeded, RedisLinkError  # noqa: PLC0415
-    from replication.redis.replicator import Replicator, ReplicatorConfig  # noqa: PLC0415
+    from replication.redis.replicator import ReplicatorConfig  # noqa: PLC0415
+    from replication.redis.standby import Standby, StopRequested  # noqa: PLC0415
 
     prefix = _prefix(args)
     config = ReplicatorConfig(
@@ -264,14 +299,13 @@ def _replicate(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     credentials = credentials_from(args)
-    client = RkvClient(urls, credentials=credentials)
-    replicator = Replicator(
-        config, client, lambda: RkvClient(urls, credentials=credentials), status
+    standby = Standby(
+        config, lambda: RkvClient(urls, credentials=credentials), status, lock_ttl=args.lock_ttl
     )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         status(f"redis-replicate: signal {signum}: stopping after the current batch")
-        threading.Thread(target=replicator.stop, daemon=True).start()
+        standby.stop_from_signal()
 
     metrics_server = None
     if args.metrics_listen is not None:
@@ -279,9 +313,8 @@ def _replicate(args: argparse.Namespace) -> int:
 
         host, port = args.metrics_listen
         try:
-            metrics_server, _ = start_http_server(port, host, registry=replicator.metrics.registry)
+            metrics_server, _ = start_http_server(port, host, registry=standby.metrics.registry)
         except OSError as exc:
-            client.close()
             print(f"rkv redis-replicate: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
             return EXIT_USAGE
         status(f"redis-replicate: metrics at http://{host}:{port}/metrics")
@@ -289,7 +322,9 @@ def _replicate(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        replicator.run()
+        standby.run()
+    except StopRequested:
+        pass  # a signal ended the wait for the lock
     except (ReplicationStop, CheckpointConflict, LimitExceeded) as exc:
         print(f"rkv redis-replicate: stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
@@ -297,7 +332,6 @@ def _replicate(args: argparse.Namespace) -> int:
         print(f"rkv redis-replicate: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     finally:
-        client.close()
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
-from http_api.client import RkvClient
+from http_api.client import Fencing, RkvClient
 from http_api.client.errors import (
     ClusterUnreachableError,
     NoSpaceError,
@@ -84,12 +84,20 @@ def _b64(data: bytes) -> str:
 
 class RkvStore:
     def __init__(
-        self, client: RkvClient, checkpoint_name: str, max_txn_ops: int = RKV_MAX_TXN_OPS
+        self,
+        client: RkvClient,
+        checkpoint_name: str,
+        max_txn_ops: int = RKV_MAX_TXN_OPS,
+        fencing: Fencing | None = None,
     ) -> None:
         self.client = client
         self.checkpoint_name = checkpoint_name
         self.max_txn_ops = max_txn_ops
         """The most compares and ops a transaction may hold (see the module docstring)."""
+        self.fencing = fencing
+        """The replicator's lock and token (replication/redis/standby.py): every
+        transaction carries it, and rkv refuses each one (409 fenced, raised as
+        :class:`~http_api.client.errors.Fenced`) once another replicator holds the lock."""
 
     @property
     def max_batch_writes(self) -> int:
@@ -108,7 +116,7 @@ class RkvStore:
 
     def _txn(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self.client.txn_raw(body)
+            return self.client.txn_raw(body, fencing=self.fencing)
         except PayloadTooLargeError as exc:
             if exc.code != "txn_too_large":
                 raise

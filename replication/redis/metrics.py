@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -58,6 +58,29 @@ class ReplicatorMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._collector: _ProgressCollector | None = None
+        self.active = Gauge(
+            "rkv_redis_replicator_active",
+            "1 while this replicator holds its prefix's lock and replicates; 0 while it "
+            "stands by (docs/REDIS.md, High availability).",
+            registry=self.registry,
+        )
+        self.active_since = Gauge(
+            "rkv_redis_replicator_active_since_seconds",
+            "When this replicator took its prefix's lock (Unix time; 0 while standing by).",
+            registry=self.registry,
+        )
+        self.takeovers = Counter(
+            "rkv_redis_replicator_takeovers",
+            "Times this replicator took its prefix's lock and began replicating.",
+            registry=self.registry,
+        )
+        self.fenced = Counter(
+            "rkv_redis_replicator_fenced",
+            "Times rkv refused this replicator's write with its old fencing token (another "
+            "replicator had taken the lock) and it stepped down.",
+            registry=self.registry,
+        )
         self.commands = Counter(
             "rkv_redis_commands",
             "Commands received from the master's stream, by command (lower case; other: "
@@ -99,20 +122,25 @@ class ReplicatorMetrics:
             self.commands.labels(name).inc(count)
 
     def watch(self, progress: Callable[[], ReplicatorProgress]) -> None:
-        """Report ``progress()`` at each scrape."""
-        self.registry.register(_ProgressCollector(progress))
+        """Report ``progress()`` at each scrape (the latest replicator watched: a
+        standby builds one per term of holding the lock)."""
+        if self._collector is None:
+            self._collector = _ProgressCollector(progress)
+            self.registry.register(self._collector)
+        else:
+            self._collector.progress = progress
 
 
 class _ProgressCollector(Collector):
     def __init__(self, progress: Callable[[], ReplicatorProgress]) -> None:
-        self._progress = progress
+        self.progress = progress
 
     def describe(self) -> Iterator[Any]:
         for name, help_text in SCRAPED.items():
             yield GaugeMetricFamily(name, help_text)
 
     def collect(self) -> Iterator[Any]:
-        now = self._progress()
+        now = self.progress()
         values: dict[str, float | None] = {
             "rkv_redis_master_link_up": now.link_up,
             "rkv_redis_full_sync_running": now.full_sync_running,

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from http_api.client import RkvClient
+from http_api.client import Fencing, RkvClient
 from replication.redis.batch import (
     MIN_TXN_OPS,
     RKV_MAX_TXN_OPS,
@@ -94,9 +94,11 @@ class Replicator:
         make_client: Callable[[], RkvClient],
         status: Callable[[str], None] = logger.info,
         metrics: ReplicatorMetrics | None = None,
+        *,
+        fencing: Fencing | None = None,
     ) -> None:
         self.config = config
-        self.store = RkvStore(client, checkpoint_name(config.prefix))
+        self.store = RkvStore(client, checkpoint_name(config.prefix), fencing=fencing)
         self._make_client = make_client
         self._status = status
         self._lock = threading.Lock()
@@ -233,7 +235,10 @@ class Replicator:
                 version=self._version,
                 status=self._status,
                 make_store=lambda: RkvStore(
-                    self._make_client(), self.store.checkpoint_name, self.store.max_txn_ops
+                    self._make_client(),
+                    self.store.checkpoint_name,
+                    self.store.max_txn_ops,
+                    self.store.fencing,
                 ),
                 max_value_bytes=config.max_rdb_value_bytes,
             )
@@ -426,7 +431,7 @@ class Replicator:
 
     def _sweep_forever(self) -> None:
         client = self._make_client()
-        store = RkvStore(client, self.store.checkpoint_name)
+        store = RkvStore(client, self.store.checkpoint_name, fencing=self.store.fencing)
         try:
             while not self.stop_event.wait(5.0):
                 checkpoint = self._checkpoint

@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from http_api.client import LockHolder
+from http_api.client.lease_model import check_lock_name
 from node.cli import redis as redis_cli
+from replication.redis.checkpoint import Checkpoint
 from replication.redis.link.master_link import DEFAULT_MAX_COMMAND_BYTES, DEFAULT_MAX_SPOOL_BYTES
 from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
+from replication.redis.standby import DEFAULT_LOCK_TTL, lock_name, status_lines
 
 URL = "redis://127.0.0.1:6379"
 
@@ -20,6 +24,7 @@ def test_the_cli_defaults_are_the_replicators() -> None:
     assert redis_cli.DEFAULT_MAX_COMMAND_BYTES == DEFAULT_MAX_COMMAND_BYTES
     assert redis_cli.DEFAULT_MAX_SPOOL_BYTES == DEFAULT_MAX_SPOOL_BYTES
     assert redis_cli.DEFAULT_MAX_RDB_VALUE_BYTES == DEFAULT_MAX_VALUE_BYTES
+    assert redis_cli.DEFAULT_LOCK_TTL == DEFAULT_LOCK_TTL
 
 
 def test_the_password_comes_from_a_file_then_the_environment_then_the_url(
@@ -71,3 +76,45 @@ def test_a_bad_setting_is_a_usage_error() -> None:
         )
         assert done.returncode == 2, done.stderr
         assert args[0] in done.stderr
+    for args in (["--lock-ttl", "0"], ["--lock-ttl", "x"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "node.cli", "redis-replicate", "--source", URL, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "--lock-ttl" in done.stderr
+
+
+def test_without_a_source_only_the_status_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", "redis-replicate", "--url", "http://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--source is required" in done.stderr
+
+
+def test_the_lock_is_named_after_the_prefix() -> None:
+    assert lock_name(b"redis/") == "redis-replicate:redis"
+    assert lock_name(b"cache/eu") == "redis-replicate:cache/eu"
+    assert check_lock_name(lock_name(b"a:b@c.d-e_f/")) == "redis-replicate:a:b@c.d-e_f"
+
+
+def test_the_status_names_the_holder_since_when_and_the_checkpoint() -> None:
+    holder = LockHolder(
+        "redis-replicate:redis", 7, 42, '{"host":"h1","pid":9,"source":"redis://m:6379"}', 1000
+    )
+    checkpoint = Checkpoint("abc", 100, 0, 2, "streaming", master_offset=150, updated_ms=2000)
+    text = "\n".join(status_lines(b"redis/", "redis-replicate:redis", holder, checkpoint))
+    assert "h1 pid 9 (token 42, replicating redis://m:6379)" in text
+    assert "1970-01-01T00:00:01Z" in text
+    assert "streaming, generation 2, replid abc, offset 100" in text
+    assert "50 bytes behind" in text
+    idle = "\n".join(status_lines(b"redis/", "redis-replicate:redis", None, None))
+    assert "holder:      none" in idle and "checkpoint:  none" in idle

@@ -20,7 +20,7 @@ def test_a_commit_refused_for_a_nospace_alarm_waits_and_goes_through_once_disarm
     sent: list[dict[str, object]] = []
 
     class Client:
-        def txn_raw(self, body: dict[str, object]) -> object:
+        def txn_raw(self, body: dict[str, object], fencing: object = None) -> object:
             sent.append(body)
             answer = answers.pop(0)
             if isinstance(answer, Exception):

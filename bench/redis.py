@@ -2,6 +2,8 @@
 
     python -m bench.redis [--keys 1000000] [--rates 5000,10000,20000,40000]
                           [--step-seconds 20] [--out bench/results]
+                          [--parts takeover,full-sync,steady] [--takeover-kills 10]
+                          [--lock-ttl 10]
 
 Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
 
@@ -16,6 +18,11 @@ Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
    burst and the rate at which the replicator drained it. Target: keeps up
    with >= 20k SET/s.
 
+3. takeover (bench/redis_takeover.py): two replicators on one prefix under
+   writes, ``--takeover-kills`` times SIGKILL of the active one: seconds until
+   the standby holds the lock and until it resumed and caught up, and the
+   commands lost or repeated (must be 0).
+
 Prints tables; writes redis.json and redis.html to --out. Every process is
 stopped by PID at the end, also on errors and Ctrl-C.
 """
@@ -25,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,80 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import Processes, interrupt_on_signals
+from bench.redis_support import Checkpoints, Resp
+from bench.redis_takeover import render_takeover, takeover
 from bench.rkv_cluster import RkvCluster, find_rkv, start
-from bench.support import BenchError, free_ports, http_json, progress, wait_until
+from bench.support import BenchError, free_ports, progress, wait_until
 
+PARTS = ("takeover", "full-sync", "steady")
 FULL_SYNC_TARGET_S = 60.0
 KEEP_UP_TARGET = 20_000
-
-
-class Resp:
-    """The few RESP calls the benchmark needs (pipelined sends, replies read back)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
-        self.buffer = b""
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buffer:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise BenchError("redis closed the connection")
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\r\n")
-        return line
-
-    def _reply(self) -> Any:
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"$":
-            size = int(rest)
-            if size < 0:
-                return None
-            while len(self.buffer) < size + 2:
-                self.buffer += self.sock.recv(1 << 20)
-            data, self.buffer = self.buffer[:size], self.buffer[size + 2 :]
-            return data
-        if kind == b"*":
-            return [self._reply() for _ in range(int(rest))]
-        if kind == b"-":
-            raise BenchError(f"redis error: {rest.decode()}")
-        return rest
-
-    def pipeline(self, commands: list[list[str]]) -> list[Any]:
-        out = bytearray()
-        for command in commands:
-            out += b"*%d\r\n" % len(command)
-            for arg in command:
-                data = arg.encode()
-                out += b"$%d\r\n%s\r\n" % (len(data), data)
-        self.sock.sendall(out)
-        return [self._reply() for _ in commands]
-
-    def call(self, *args: str) -> Any:
-        return self.pipeline([list(args)])[0]
-
-    def offset(self) -> int:
-        info = self.call("INFO", "replication").decode()
-        return int(info.split("master_repl_offset:")[1].split()[0])
-
-
-class Checkpoints:
-    def __init__(self, cluster: RkvCluster, prefix: str) -> None:
-        self.cluster = cluster
-        self.name = f"redis:{prefix}"
-
-    def read(self) -> dict[str, Any] | None:
-        answer = http_json(f"{self.cluster.leader_url}/v1/checkpoints?encoding=utf-8")
-        for item in answer["checkpoints"]:
-            if item["name"] == self.name:
-                found: dict[str, Any] = json.loads(item["value"])
-                return found
-        return None
-
-    def committed(self) -> int:
-        found = self.read()
-        return 0 if found is None or found["state"] != "streaming" else int(found["offset"])
 
 
 def replicator_argv(cluster: RkvCluster, port: int, prefix: str) -> list[str]:
@@ -263,24 +203,29 @@ def steady_state(
 
 
 def render(results: dict[str, Any]) -> tuple[str, str]:
-    lines = ["full sync", f"{'data':>10} {'keys':>10} {'seconds':>9} {'keys/s':>9}"]
-    for row in results["full_sync"]:
-        lines.append(
-            f"{row['label']:>10} {row['keys']:>10,} {row['seconds']:>9.1f} {row['keys_per_s']:>9,}"
-        )
-    lines += [
-        f"target: 1M string keys <= {FULL_SYNC_TARGET_S:.0f} s",
-        "",
-        "steady state",
-        f"{'SET/s':>16} {'achieved':>9} {'max lag B':>11} {'end lag B':>11} {'kept up':>8}",
-    ]
-    for row in results["steady"]:
-        extra = f"  drained at {row['drain_rate']:,}/s" if "drain_rate" in row else ""
-        lines.append(
-            f"{row['rate']!s:>16} {row['achieved']:>9,} {row['max_lag_bytes']:>11,} "
-            f"{row['final_lag_bytes']:>11,} {row['kept_up']!s:>8}{extra}"
-        )
-    lines.append(f"target: keeps up with >= {KEEP_UP_TARGET:,} SET/s")
+    lines: list[str] = []
+    if results["full_sync"]:
+        lines += ["full sync", f"{'data':>10} {'keys':>10} {'seconds':>9} {'keys/s':>9}"]
+        for row in results["full_sync"]:
+            lines.append(
+                f"{row['label']:>10} {row['keys']:>10,} {row['seconds']:>9.1f} "
+                f"{row['keys_per_s']:>9,}"
+            )
+        lines += [f"target: 1M string keys <= {FULL_SYNC_TARGET_S:.0f} s", ""]
+    if results["steady"]:
+        lines += [
+            "steady state",
+            f"{'SET/s':>16} {'achieved':>9} {'max lag B':>11} {'end lag B':>11} {'kept up':>8}",
+        ]
+        for row in results["steady"]:
+            extra = f"  drained at {row['drain_rate']:,}/s" if "drain_rate" in row else ""
+            lines.append(
+                f"{row['rate']!s:>16} {row['achieved']:>9,} {row['max_lag_bytes']:>11,} "
+                f"{row['final_lag_bytes']:>11,} {row['kept_up']!s:>8}{extra}"
+            )
+        lines += [f"target: keeps up with >= {KEEP_UP_TARGET:,} SET/s", ""]
+    if "takeover" in results:
+        lines += render_takeover(results["takeover"])
     table = "\n".join(lines)
     html = (
         "<!doctype html><meta charset=utf-8><title>rkv redis replicator benchmark</title>"
@@ -295,7 +240,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rates", default="5000,10000,20000,40000")
     parser.add_argument("--step-seconds", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"which measurements, comma-separated (default: all of {','.join(PARTS)})",
+    )
+    parser.add_argument("--takeover-kills", type=int, default=10)
+    parser.add_argument("--lock-ttl", type=int, default=10, help="the replicators' --lock-ttl")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if not parts <= set(PARTS):
+        parser.error(f"--parts: choose among {','.join(PARTS)}")
     rates = [int(r) for r in args.rates.split(",")]
     interrupt_on_signals()
     work = Path(tempfile.mkdtemp(prefix="rkv-bench-redis-"))
@@ -325,14 +280,20 @@ def main(argv: list[str] | None = None) -> None:
             redis = Resp(port)
             (work / "rkv").mkdir()
             cluster = start(procs, work / "rkv")
+            if "takeover" in parts:
+                results["takeover"] = takeover(
+                    procs, cluster, port, work, args.takeover_kills, args.lock_ttl
+                )
             for label in ("strings", "mixed"):
+                if "full-sync" not in parts and not (label == "mixed" and "steady" in parts):
+                    continue
                 redis.call("FLUSHALL")
                 if label == "strings":
                     redis.call("DEBUG", "POPULATE", str(args.keys), "key", "16")
                 else:
                     populate_mixed(redis, args.keys)
                 results["full_sync"].append(full_sync(procs, cluster, redis, port, work, label))
-                if label == "mixed":
+                if label == "mixed" and "steady" in parts:
                     results["steady"] = steady_state(
                         procs, cluster, redis, port, work, rates, args.step_seconds
                     )

@@ -23,6 +23,7 @@ load is sent again; a put of the same value again is harmless.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ from node.errors import InvalidRequest, RequestError
 from node.keyspace import MAX_KEY_BYTES, RESERVED_PREFIX
 from node.service.load_limits import max_line_bytes
 from node.state.results import CommandResult
+
+logger = logging.getLogger(__name__)
 
 LOAD_PATH = "/v1/kv:load"
 NDJSON = "application/x-ndjson"
@@ -200,7 +203,17 @@ def _retrieve(task: asyncio.Task[CommandResult]) -> None:
 
 def add_routes(app: web.Application, service_key: web.AppKey[KvApi]) -> None:
     async def load(request: web.Request) -> web.StreamResponse:
-        return await _Load(request, request.app[service_key]).run()
+        loading = _Load(request, request.app[service_key])
+        try:
+            return await loading.run()
+        except ConnectionError:  # reset, or lost mid-write: the client went away
+            logger.info(
+                "a bulk load ended early: the client went away (%d lines committed)",
+                loading.totals.lines,
+            )
+            if loading.response is not None:
+                return loading.response
+            raise
 
     def held(request: web.Request) -> int:
         """The most bytes of keys and values a load holds: its chunks."""

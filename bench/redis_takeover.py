@@ -107,8 +107,14 @@ def takeover(
         replicators[server.pid] = server
         return server
 
-    start()
-    wait_until("the first replicator", lambda: client.leader(name) is not None, 120)
+    redis.call("SET", "ha:start", "1")  # an offset past 0 for the first sync to reach
+    first = start()
+    wait_until(
+        "the first replicator's full sync",
+        lambda: checkpoints.committed() >= redis.offset() > 0,
+        300,
+        first.exited,
+    )
     _wait_standing_by(start())
     writer = _Writer(port)
     writer.thread.start()

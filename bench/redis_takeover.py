@@ -4,8 +4,9 @@ Two `rkv redis-replicate` on the prefix ``ha/`` (docs/REDIS.md, "High
 availability") while a writer sends ``MULTI INCR ha:counter RPUSH ha:list <i>
 EXEC`` to the master at a steady rate. ``kills`` times: SIGKILL the one holding
 the lock, measure from the kill until a standby holds it (``elected``) and
-until rkv's checkpoint passes the master's offset at the kill (``resumed``: the
-stream continued and caught up what was written meanwhile), then start the killed
+until rkv's checkpoint passes the master's offset at that moment (``resumed``:
+the new one continued the stream and caught up what was written while nobody
+replicated), then start the killed
 one again as the next standby. At the end the counter and the list in rkv are
 compared with the master's: a lost command shows as a shorter list, a repeated one
 as a duplicate element. Every takeover must be a partial resync (``+CONTINUE``).
@@ -128,7 +129,7 @@ def takeover(
                 raise BenchError("nobody holds the replicator's lock")
             pid = int(json.loads(holder.value)["pid"])
             victim = replicators.pop(pid)
-            target = redis.offset()
+            target = 0
             os.kill(pid, signal.SIGKILL)
             killed_at = time.monotonic()
             victim.process.wait(30)
@@ -140,6 +141,7 @@ def takeover(
                     leader = client.leader(name)
                     if leader is not None and leader.token != holder.token:
                         took = now - killed_at
+                        target = redis.offset()  # what was written until the new one leads
                 if took is not None and checkpoints.committed() >= target:
                     break
                 if now - killed_at > lock_ttl + 120:

@@ -107,6 +107,19 @@ def _status(cluster: LocalCluster) -> str:
     return done.stdout.decode()
 
 
+def _start_active_then_standby(
+    cluster: LocalCluster, server: RedisServer, pair: list[Replicator]
+) -> None:
+    """The first takes the lock and catches up; the second stands by."""
+    pair[0].start()
+    wait_until(lambda: _active(pair, {}) is not None, 60, "a replicator taking the lock")
+    pair[1].start()
+    assert _active(pair, {}) is pair[0]
+    with server.client() as client:
+        wait_caught_up(cluster, client, pair[0])
+    wait_until(lambda: "standing by" in _output(pair[1]), 60, "the second standing by")
+
+
 def _outputs(pair: list[Replicator]) -> str:
     return "\n".join(f"--- {r.log.name}\n{r.output()[-3000:]}" for r in pair)
 
@@ -117,14 +130,8 @@ def test_kill_minus_nine_of_the_active_one_the_standby_continues_without_a_resyn
 ) -> None:
     pair = _pair(tmp_path, cluster, redis_server)
     try:
-        pair[0].start()
-        wait_until(lambda: _active(pair, {}) is not None, 60, "a replicator taking the lock")
-        pair[1].start()
-        first = _active(pair, {})
-        assert first is pair[0]
-        with redis_server.client() as client:
-            wait_caught_up(cluster, client, first)
-        wait_until(lambda: "standing by" in pair[1].output(), 60, "the second standing by")
+        _start_active_then_standby(cluster, redis_server, pair)
+        first = pair[0]
         status = _status(cluster)
         assert f"pid {first.process.pid if first.process else -1}" in status, status
         assert "since:" in status and "streaming" in status, status
@@ -154,13 +161,8 @@ def test_a_paused_active_one_is_fenced_when_it_resumes_and_stands_by(
 ) -> None:
     pair = _pair(tmp_path, cluster, redis_server)
     try:
-        pair[0].start()
-        wait_until(lambda: _active(pair, {}) is not None, 60, "a replicator taking the lock")
-        pair[1].start()
+        _start_active_then_standby(cluster, redis_server, pair)
         first, second = pair
-        with redis_server.client() as client:
-            wait_caught_up(cluster, client, first)
-        wait_until(lambda: "standing by" in second.output(), 60, "the second standing by")
         with Writer(redis_server):
             time.sleep(1.0)
             before = _took_counts(pair)

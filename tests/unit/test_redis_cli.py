@@ -66,36 +66,29 @@ def test_a_password_file_is_checked(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_a_bad_setting_is_a_usage_error() -> None:
-    for args in (["--max-spool-bytes", "1000"], ["--max-command-bytes", "abc"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "node.cli", "redis-replicate", "--source", URL, *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+    for args in (
+        ["--max-spool-bytes", "1000"],
+        ["--max-command-bytes", "abc"],
+        ["--lock-ttl", "0"],
+        ["--lock-ttl", "x"],
+    ):
+        done = _replicate("--source", URL, *args)
         assert done.returncode == 2, done.stderr
         assert args[0] in done.stderr
-    for args in (["--lock-ttl", "0"], ["--lock-ttl", "x"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "node.cli", "redis-replicate", "--source", URL, *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 2, done.stderr
-        assert "--lock-ttl" in done.stderr
 
 
-def test_without_a_source_only_the_status_runs() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "node.cli", "redis-replicate", "--url", "http://127.0.0.1:1"],
+def _replicate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "node.cli", "redis-replicate", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_without_a_source_only_the_status_runs() -> None:
+    done = _replicate("--url", "http://127.0.0.1:1")
     assert done.returncode == 2, done.stderr
     assert "--source is required" in done.stderr
 

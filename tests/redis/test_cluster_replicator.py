@@ -1,0 +1,146 @@
+"""`rkv redis-replicate --source redis-cluster://...` end to end: a real Redis Cluster
+(3 masters, one replica each: tests/redis/cluster_support.py), a real 3-node rkv
+cluster, the replicator as a child process; rkv's `redis-dump` compared with the
+keys read from every master."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from replication.redis.cluster.slots import SLOTS, key_slot, slots_of
+from tests.redis.cluster_support import (
+    ClusterWriter,
+    RedisCluster,
+    assert_cluster_same,
+    kill,
+    run_redis_cluster,
+    shard_checkpoints,
+    workload,
+)
+from tests.redis.replica_support import Replicator
+from tests.support.cluster import LocalCluster, http, wait_until
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
+    with run_redis_cluster(tmp_path / "redis") as running:
+        yield running
+
+
+def _source(cluster: RedisCluster) -> str:
+    return "redis-cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in cluster.servers[:2])
+
+
+@pytest.mark.timeout(600)
+def test_three_masters_replicate_into_one_layout_and_follow_failovers(
+    tmp_path: Path, cluster: LocalCluster, redis_cluster: RedisCluster
+) -> None:
+    writer = ClusterWriter(redis_cluster)
+    writer.run(workload(seed=1, count=3000))  # loaded by each shard's full sync
+    replicator = Replicator(redis_cluster.servers[0], cluster, tmp_path / "replicator.log")
+    try:
+        replicator.start(_source(redis_cluster))
+        writer.run(workload(seed=2, count=3000))  # streamed
+        assert_cluster_same(cluster, redis_cluster, replicator)
+
+        # one checkpoint per shard, named after it, together covering every slot
+        checkpoints = shard_checkpoints(cluster)
+        assert len(checkpoints) == 3
+        covered = [slots_of(c["slots"]) for c in checkpoints.values()]
+        assert sum(len(s) for s in covered) == SLOTS
+        assert frozenset().union(*covered) == frozenset(range(SLOTS))
+        shards = redis_cluster.shards()
+        assert set(checkpoints) == {s["master_id"] for s in shards}
+        # every key is in db 0's namespace of the one generation; ids carry the shard's tag
+        leader = cluster.leader()
+        generation = json.loads(http("GET", f"{leader.url}/v1/kv/redis/current").body)["generation"]
+        for key in (b"{tag3}:list", b"{tag17}:list"):
+            raw = http("GET", f"{leader.url}/v1/kv/redis/g{generation}/d0/k/{key.decode()}").body
+            tag = next(s["master_id"] for s in shards if key_slot(key) in s["slots"])[:12]
+            assert json.loads(raw.split(b"\n")[0])["o"].startswith(f"{tag}.1.")
+        assert "[shard " in replicator.output()
+
+        # a failover on request: the replica takes over; the shard's link follows it
+        first = shards[0]
+        redis_cluster.ask(first["replicas"][0], "CLUSTER", "FAILOVER")
+        wait_until(
+            lambda: redis_cluster.shards()[0]["master"] == first["replicas"][0],
+            60,
+            "the failover",
+        )
+        writer.run(workload(seed=3, count=2000))
+        assert_cluster_same(cluster, redis_cluster, replicator)
+        after = shard_checkpoints(cluster)
+        assert set(after) == set(checkpoints)  # the shard kept its id and checkpoint
+        assert after[first["master_id"]]["epoch"] == 1  # no full sync: PSYNC continued
+        assert f"now 127.0.0.1:{first['replicas'][0]}" in replicator.output()
+
+        # a master killed: its replica is promoted once the cluster sees it fail
+        second = redis_cluster.shards()[1]
+        kill(redis_cluster, second["master"])
+        wait_until(lambda: second["replicas"][0] in redis_cluster.masters(), 60, "the promotion")
+        writer.run(workload(seed=4, count=2000))
+        assert_cluster_same(cluster, redis_cluster, replicator)
+        assert set(shard_checkpoints(cluster)) == set(checkpoints)
+    finally:
+        writer.close()
+        replicator.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_migrated_slot_stops_the_shards_naming_it_and_a_restart_reloads_them(
+    tmp_path: Path, cluster: LocalCluster, redis_cluster: RedisCluster
+) -> None:
+    writer = ClusterWriter(redis_cluster)
+    writer.run(workload(seed=5, count=3000))
+    replicator = Replicator(redis_cluster.servers[0], cluster, tmp_path / "replicator.log")
+    try:
+        replicator.start(_source(redis_cluster))
+        assert_cluster_same(cluster, redis_cluster, replicator)
+        epochs = {k: c["epoch"] for k, c in shard_checkpoints(cluster).items()}
+
+        # move the slot of {tag3} (a list) and its neighbours' keys from A to B
+        shards = redis_cluster.shards()
+        slot = key_slot(b"{tag3}:list")
+        source = next(s for s in shards if slot in s["slots"])
+        target = next(s for s in shards if s is not source)
+        untouched = next(s for s in shards if s is not source and s is not target)
+        src, dst = source["master"], target["master"]
+        redis_cluster.ask(
+            dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", target_id := target["master_id"]
+        )
+        redis_cluster.ask(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        keys = redis_cluster.ask(src, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        assert keys
+        redis_cluster.ask(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *keys)
+        for port in redis_cluster.masters():
+            redis_cluster.ask(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        redis_cluster.wait_ok()
+        writer.refresh()
+
+        assert replicator.wait(120) == 1
+        output = replicator.output()
+        assert f"slots {slot} " in output or f"slots {slot};" in output, output[-3000:]
+        assert "restart rkv redis-replicate" in output
+        marked = shard_checkpoints(cluster)
+        assert marked[target["master_id"]]["state"] == "resync"
+
+        writer.run(workload(seed=6, count=1000))
+        replicator.start(_source(redis_cluster))
+        assert_cluster_same(cluster, redis_cluster, replicator)
+        now = shard_checkpoints(cluster)
+        # the two shards whose slots changed reloaded them; the third one continued
+        assert now[source["master_id"]]["epoch"] == epochs[source["master_id"]] + 1
+        assert now[target["master_id"]]["epoch"] == epochs[target["master_id"]] + 1
+        assert now[untouched["master_id"]]["epoch"] == epochs[untouched["master_id"]]
+        assert slot in slots_of(now[target["master_id"]]["slots"])
+        assert slot not in slots_of(now[source["master_id"]]["slots"])
+    finally:
+        writer.close()
+        replicator.stop()
+        time.sleep(0)

@@ -144,3 +144,66 @@ def test_a_migrated_slot_stops_the_shards_naming_it_and_a_restart_reloads_them(
         writer.close()
         replicator.stop()
         time.sleep(0)
+
+
+def _empty_slot(cluster: RedisCluster, owner: dict[str, object]) -> int:
+    """A slot of ``owner`` holding no key."""
+    for slot in sorted(owner["slots"]):  # type: ignore[call-overload]
+        if cluster.ask(owner["master"], "CLUSTER", "COUNTKEYSINSLOT", slot) == 0:  # type: ignore[arg-type]
+            return int(slot)
+    raise AssertionError("no empty slot")
+
+
+def _give(cluster: RedisCluster, slot: int, target_id: str) -> None:
+    for port in cluster.masters():
+        cluster.ask(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    cluster.wait_ok()
+
+
+def _key_in(slot: int) -> str:
+    return next(f"k{i}" for i in range(1_000_000) if key_slot(f"k{i}".encode()) == slot)
+
+
+@pytest.mark.timeout(600)
+def test_a_slot_changing_owner_is_seen_running_or_stopped_and_its_shards_reload(
+    tmp_path: Path, cluster: LocalCluster, redis_cluster: RedisCluster
+) -> None:
+    writer = ClusterWriter(redis_cluster)
+    writer.run(workload(seed=8, count=2000))
+    replicator = Replicator(redis_cluster.servers[0], cluster, tmp_path / "replicator.log")
+    try:
+        replicator.start(_source(redis_cluster))
+        assert_cluster_same(cluster, redis_cluster, replicator)
+        shards = redis_cluster.shards()
+        source, target, third = shards[0], shards[1], shards[2]
+
+        # while running: an empty slot given to another master (no RESTORE in any stream)
+        slot = _empty_slot(redis_cluster, source)
+        _give(redis_cluster, slot, target["master_id"])
+        assert replicator.wait(120) == 1
+        output = replicator.output()
+        assert f"slots {slot} changed owner in the cluster" in output, output[-3000:]
+        writer.refresh()
+        writer.execute("SET", _key_in(slot), "after the move")
+
+        # the two shards concerned will reload their slots
+        marked = shard_checkpoints(cluster)
+        assert marked[source["master_id"]]["state"] == "resync"
+        assert marked[target["master_id"]]["state"] == "resync"
+        assert marked[third["master_id"]]["state"] == "streaming"
+
+        # while stopped: a slot of the third shard moves; the start sees it in the checkpoints
+        back = _empty_slot(redis_cluster, third)
+        _give(redis_cluster, back, source["master_id"])
+        writer.refresh()
+        writer.execute("SET", _key_in(back), "moved while stopped")
+        replicator.start(_source(redis_cluster))
+        assert_cluster_same(cluster, redis_cluster, replicator)
+        assert f"slots {back} moved since the last run" in replicator.output()
+        checkpoints = shard_checkpoints(cluster)
+        assert slot in slots_of(checkpoints[target["master_id"]]["slots"])
+        assert back in slots_of(checkpoints[source["master_id"]]["slots"])
+        assert back not in slots_of(checkpoints[third["master_id"]]["slots"])
+    finally:
+        writer.close()
+        replicator.stop()

@@ -20,6 +20,7 @@ class SlotsMoved(ReplicationStop):
         self.why = why
         super().__init__(
             f"{shard}: slots {format_slots(self.slots)} {why}; this cannot be followed "
-            "exactly from the replication streams, so the shard stops and its next start "
-            "reloads its slots from a full sync: restart rkv redis-replicate"
+            "exactly from the replication streams: the shards concerned stop and reload "
+            "their slots with a full sync at the next start (restart rkv redis-replicate "
+            "once the resharding is over)"
         )

@@ -80,6 +80,10 @@ class ShardReplicator(Replicator):
     def describe(self) -> str:
         return f"shard {self.tag} (slots {format_slots(self.slots)})"
 
+    def report(self, what: str) -> None:
+        """A status line naming the shard."""
+        self._status(f"redis-replicate: {what}")
+
     # -- the Replicator's hooks -------------------------------------------------------
 
     def _checkpoint_name(self) -> str:

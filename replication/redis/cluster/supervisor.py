@@ -103,7 +103,7 @@ class ClusterReplicator:
         ]
         for thread in threads:
             thread.start()
-        moved: SlotsMoved | None = None
+        moved: tuple[SlotsMoved, set[str]] | None = None
         try:
             while not self.stop_event.is_set():
                 self._changed.wait(TOPOLOGY_INTERVAL)
@@ -180,11 +180,13 @@ class ClusterReplicator:
             )
             if checkpoint is not None and checkpoint.state == "streaming":
                 recorded = slots_of(checkpoint.slots or [])
+                why = None
                 if recorded != shard.slots:
-                    replicator._status(
-                        f"redis-replicate: slots {format_slots(recorded ^ shard.slots)} moved "
-                        "since the last run: reloading the shard's slots with a full sync"
-                    )
+                    why = f"slots {format_slots(recorded ^ shard.slots)} moved since the last run"
+                elif checkpoint.generation != generation:
+                    why = f"readers were switched to generation {generation} by someone else"
+                if why is not None:
+                    replicator.report(f"{why}: reloading the shard's slots with a full sync")
                     replicator.mark_resync()
             replicators.append(replicator)
         return replicators
@@ -206,8 +208,9 @@ class ClusterReplicator:
             self._errors.append((shard, exc))
             self._changed.set()
 
-    def _look_again(self, started: Topology) -> SlotsMoved | None:
-        """Slots whose owner changed since the start, as a SlotsMoved (None: none)."""
+    def _look_again(self, started: Topology) -> tuple[SlotsMoved, set[str]] | None:
+        """Slots whose owner changed since the start, and the shards that served or
+        serve them (None: no change)."""
         try:
             now = discover(self.cluster, started.addresses())
         except RedisLinkError as exc:
@@ -217,11 +220,13 @@ class ClusterReplicator:
         moved = {slot for slot in set(before) | set(after) if before.get(slot) != after.get(slot)}
         if not moved:
             return None
-        affected = [s for s in self.shards if s.slots & moved]
-        names = ", ".join(s.describe() for s in affected)
-        return SlotsMoved(
-            names or "(none replicated)", moved, "changed owner in the cluster (a resharding)"
-        )
+        concerned = {before[s] for s in moved if s in before} | {
+            after[s] for s in moved if s in after
+        }
+        affected = [s for s in self.shards if s.shard_id in concerned]
+        names = ", ".join(s.describe() for s in affected) or "no shard replicated"
+        why = "changed owner in the cluster (a resharding)"
+        return SlotsMoved(names, moved, why), {s.shard_id for s in affected}
 
     def _owners(self, topology: Topology) -> dict[int, str]:
         """Slot -> the replicated shard serving it (by members, so a failover is no change)."""
@@ -232,14 +237,15 @@ class ClusterReplicator:
             owners.update(dict.fromkeys(shard.slots, owner))
         return owners
 
-    def _finish(self, moved: SlotsMoved | None) -> None:
+    def _finish(self, moved: tuple[SlotsMoved, set[str]] | None) -> None:
         """Set the shards that must reload to resync; raise what stopped the run."""
-        stops = [] if moved is None else [moved]
-        resync = {s.shard_id for s in self.shards if moved is not None and s.slots & moved.slots}
+        stops = [] if moved is None else [moved[0]]
+        resync = set() if moved is None else set(moved[1])
         first: BaseException | None = None
         for shard, exc in self._errors:
             stop = stopped_by_slots(exc)
             if stop is None:
+                self._status(f"redis-replicate: {shard.describe()} stopped: {exc}")
                 first = first or exc
                 continue
             stops.append(SlotsMoved(shard.describe(), stop.slots, stop.why))

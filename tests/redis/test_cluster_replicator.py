@@ -22,7 +22,7 @@ from tests.redis.cluster_support import (
     shard_checkpoints,
     workload,
 )
-from tests.redis.replica_support import Replicator
+from tests.redis.replica_support import Replicator, rkv_dump
 from tests.support.cluster import LocalCluster, http, wait_until
 
 
@@ -118,17 +118,29 @@ def test_a_migrated_slot_stops_the_shards_naming_it_and_a_restart_reloads_them(
         keys = redis_cluster.ask(src, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
         assert keys
         redis_cluster.ask(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *keys)
+
+        # the new owner's stream holds RESTORE-ASKING: stopped, naming the slot
+        assert replicator.wait(120) == 1
+        output = replicator.output()
+        assert f"slots {slot} are migrating (the master received RESTORE-ASKING" in output
+        assert "restart rkv redis-replicate" in output
+        marked = shard_checkpoints(cluster)
+        assert marked[target["master_id"]]["state"] == "resync"
+        assert marked[source["master_id"]]["state"] == "resync"  # it owns the slot still
+        before = rkv_dump(cluster)
+
+        # a restart while the slot is still migrating stops again, before loading anything
+        replicator.start(_source(redis_cluster))
+        assert replicator.wait(120) == 1
+        again = replicator.output()[len(output) :]
+        assert f"slots {slot} are migrating (its master has them MIGRATING or IMPORTING)" in again
+        assert "FULLRESYNC" not in again and "cleared" not in again
+        assert rkv_dump(cluster) == before  # nothing cleared
+
         for port in redis_cluster.masters():
             redis_cluster.ask(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         redis_cluster.wait_ok()
         writer.refresh()
-
-        assert replicator.wait(120) == 1
-        output = replicator.output()
-        assert f"slots {slot} " in output or f"slots {slot};" in output, output[-3000:]
-        assert "restart rkv redis-replicate" in output
-        marked = shard_checkpoints(cluster)
-        assert marked[target["master_id"]]["state"] == "resync"
 
         writer.run(workload(seed=6, count=1000))
         replicator.start(_source(redis_cluster))

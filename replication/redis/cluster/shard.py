@@ -32,7 +32,7 @@ from replication.redis.cluster.errors import SlotsMoved
 from replication.redis.cluster.shard_loader import load_shard_snapshot, object_prefix
 from replication.redis.cluster.slots import format_slots, key_slot
 from replication.redis.cluster.source import ClusterSource
-from replication.redis.cluster.topology import ClusterShard, discover
+from replication.redis.cluster.topology import ClusterShard, discover, migrating_slots
 from replication.redis.commands.dispatch import CommandContext, ReplicationStop
 from replication.redis.layout import Layout
 from replication.redis.link.master_link import (
@@ -114,6 +114,16 @@ class ShardReplicator(Replicator):
                 shard.slots ^ self.slots,
                 f"moved (the shard served {format_slots(self.slots)}, its master "
                 f"{shard.master.host}:{shard.master.port} now serves {format_slots(shard.slots)})",
+            )
+        try:
+            migrating = migrating_slots(shard.master)
+        except (OSError, ConnectionError):
+            migrating = frozenset()  # the connection that follows says why
+        if migrating:
+            raise SlotsMoved(
+                f"shard {self.tag}",
+                migrating,
+                "are migrating (its master has them MIGRATING or IMPORTING)",
             )
         if shard.master != self._master:
             self._status(

@@ -264,6 +264,8 @@ class ClusterReplicator:
             raise stops[0]
         if stops:
             slots = frozenset().union(*(stop.slots for stop in stops))
-            raise SlotsMoved(
-                "several shards", slots, "; ".join(f"{s.shard}: {s.why}" for s in stops)
-            )
+            whys = {stop.why for stop in stops}
+            if len(whys) == 1:
+                raise SlotsMoved(", ".join(stop.shard for stop in stops), slots, whys.pop())
+            why = "; ".join(f"{s.shard}: slots {format_slots(s.slots)} {s.why}" for s in stops)
+            raise SlotsMoved("several shards", slots, f"moved or are moving ({why})")

@@ -135,3 +135,16 @@ def discover(source: ClusterSource, also: Iterable[MasterAddress] = ()) -> Topol
         f"no node of the Redis Cluster {source} told its shards: {'; '.join(problems)}",
         retryable=True,
     )
+
+
+def migrating_slots(address: MasterAddress) -> frozenset[int]:
+    """The slots ``address`` is migrating out or importing (``CLUSTER NODES``'s
+    ``[slot->-node]`` and ``[slot-<-node]`` on its own line)."""
+    reply = query(address, "CLUSTER", "NODES")
+    for line in _text(reply).splitlines():
+        fields = line.split()
+        if len(fields) > 2 and "myself" in fields[2].split(","):
+            return frozenset(
+                int(item[1:].split("-", 1)[0]) for item in fields[8:] if item.startswith("[")
+            )
+    return frozenset()

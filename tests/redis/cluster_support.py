@@ -47,9 +47,13 @@ def _pairs(flat: list[Any]) -> dict[str, Any]:
 @dataclass
 class RedisCluster:
     servers: list[RedisServer]
+    password: str | None = None
 
     def client(self, port: int) -> RespClient:
-        return RespClient("127.0.0.1", port, timeout=30)
+        client = RespClient("127.0.0.1", port, timeout=30)
+        if self.password is not None:
+            client.execute("AUTH", self.password)
+        return client
 
     def ask(self, port: int, *args: Arg) -> Any:
         with self.client(port) as client:
@@ -137,13 +141,19 @@ def master_offset_of(cluster: RedisCluster, port: int) -> int:
 
 @contextmanager
 def run_redis_cluster(
-    directory: Path, masters: int = 3, replicas: int = 1
+    directory: Path, masters: int = 3, replicas: int = 1, password: str | None = None
 ) -> Iterator[RedisCluster]:
+    """The cluster's nodes (``--requirepass``/``--masterauth`` when ``password``)."""
+    login = ("--requirepass", password, "--masterauth", password) if password else ()
     with ExitStack() as stack:
         servers = [
             stack.enter_context(
                 run_redis_server(
-                    directory / f"node{i}", *CLUSTER_ARGS, "--cluster-port", str(free_ports(1)[0])
+                    directory / f"node{i}",
+                    *CLUSTER_ARGS,
+                    *login,
+                    "--cluster-port",
+                    str(free_ports(1)[0]),
                 )
             )
             for i in range(masters * (1 + replicas))
@@ -151,11 +161,12 @@ def run_redis_cluster(
         addresses = [f"127.0.0.1:{s.port}" for s in servers]
         done = subprocess.run(
             ["redis-cli", "--cluster", "create", *addresses,
-             "--cluster-replicas", str(replicas), "--cluster-yes"],
+             "--cluster-replicas", str(replicas), "--cluster-yes",
+             *(("-a", password) if password else ())],
             capture_output=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
-        cluster = RedisCluster(servers)
+        cluster = RedisCluster(servers, password)
         cluster.wait_ok()
         yield cluster
 

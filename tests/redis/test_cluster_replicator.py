@@ -6,6 +6,8 @@ keys read from every master."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.redis.cluster_support import (
     shard_checkpoints,
     workload,
 )
+from tests.redis.conftest import RedisServer
 from tests.redis.replica_support import Replicator, rkv_dump
 from tests.support.cluster import LocalCluster, http, wait_until
 
@@ -219,3 +222,38 @@ def test_a_slot_changing_owner_is_seen_running_or_stopped_and_its_shards_reload(
     finally:
         writer.close()
         replicator.stop()
+
+
+@pytest.mark.timeout(300)
+def test_the_nodes_password_comes_from_the_environment(
+    tmp_path: Path, cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with run_redis_cluster(tmp_path / "redis", replicas=0, password="s3cret pw") as secured:
+        writer = ClusterWriter(secured)
+        writer.run(workload(seed=9, count=1500))
+        replicator = Replicator(secured.servers[0], cluster, tmp_path / "replicator.log")
+        try:
+            replicator.start(_source(secured))  # no password anywhere: refused, exit 3
+            assert replicator.wait(60) == 3
+            assert "authentication failed: NOAUTH" in replicator.output()
+            assert shard_checkpoints(cluster) == {}
+            monkeypatch.setenv("RKV_REDIS_PASSWORD", "s3cret pw")
+            replicator.start(_source(secured))
+            writer.run(workload(seed=10, count=1500))
+            assert_cluster_same(cluster, secured, replicator)
+            assert "s3cret" not in replicator.output()
+        finally:
+            writer.close()
+            replicator.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_seed_without_cluster_support_is_refused_at_once(redis_server: RedisServer) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", "redis-replicate", "--url", "http://127.0.0.1:9",
+         "--source", f"redis-cluster://127.0.0.1:{redis_server.port}"],
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert b"cluster support disabled" in done.stderr
+    assert b"Traceback" not in done.stderr

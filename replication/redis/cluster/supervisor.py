@@ -39,7 +39,7 @@ from replication.redis.cluster.topology import ClusterShard, Topology, discover
 from replication.redis.commands.dispatch import ReplicationStop
 from replication.redis.link.master_link import RedisLinkError
 from replication.redis.metrics import ReplicatorMetrics
-from replication.redis.replicator import ReplicatorConfig
+from replication.redis.replicator import RECONNECT_PAUSE, ReplicatorConfig
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,9 @@ class ClusterReplicator:
         """Replicate until :meth:`stop`; raises SlotsMoved (the shards affected are
         set to resync), or what a shard raised (ReplicationStop, CheckpointConflict,
         a RedisLinkError that reconnecting cannot cure)."""
-        topology = discover(self.cluster)
+        topology = self._first_look()
+        if topology is None:
+            return
         store = RkvStore(self.client, checkpoint_name(self.config.prefix))
         single, _ = store.read_checkpoint()
         if single is not None:
@@ -120,6 +122,19 @@ class ClusterReplicator:
         self._finish(moved)
 
     # -- start ------------------------------------------------------------------------
+
+    def _first_look(self) -> Topology | None:
+        """The cluster's shards, asked again every second while no node answers
+        (as a single master's link reconnects); None once stopped."""
+        while True:
+            try:
+                return discover(self.cluster)
+            except RedisLinkError as exc:
+                if not exc.retryable:
+                    raise
+                self._status(f"redis-replicate: {exc}; trying again")
+            if self.stop_event.wait(RECONNECT_PAUSE):
+                return None
 
     def _generation(self, store: RkvStore) -> int:
         key = self.config.prefix + b"current"

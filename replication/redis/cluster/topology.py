@@ -21,7 +21,7 @@ import hiredis
 from replication.redis.cluster.slots import format_slots
 from replication.redis.cluster.source import ClusterSource
 from replication.redis.link.resp import encode_command
-from replication.redis.link.types import MasterAddress, RedisLinkError
+from replication.redis.link.types import MasterAddress, RedisLinkError, reply_error
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,13 @@ def query(address: MasterAddress, *args: str | int, timeout: float = QUERY_TIMEO
                 reader.feed(data)
                 continue
             if isinstance(reply, hiredis.ReplyError):
-                raise RedisLinkError(f"{args[0]} refused: {reply}", retryable=False)
+                command = commands[len(replies)]
+                # never the AUTH's arguments: they hold the password
+                what = "AUTH" if command[0] == "AUTH" else " ".join(map(str, command[:2]))
+                node = f"{address.host}:{address.port}"
+                error = reply_error(f"{what} at {node}", str(reply))
+                message = str(error) if node in str(error) else f"{error} (node {node})"
+                raise RedisLinkError(message, retryable=error.retryable)
             replies.append(reply)
         return replies[-1]
 
@@ -123,7 +129,7 @@ def discover(source: ClusterSource, also: Iterable[MasterAddress] = ()) -> Topol
             problems.append(f"{address.host}:{address.port}: {exc}")
             continue
         except RedisLinkError as exc:
-            if "authentication" in str(exc).lower() or "WRONGPASS" in str(exc):
+            if not exc.retryable:  # a wrong password, a node without cluster support...
                 raise
             problems.append(f"{address.host}:{address.port}: {exc}")
             continue

@@ -22,11 +22,12 @@ from tests.redis.cluster_support import (
     kill,
     run_redis_cluster,
     shard_checkpoints,
+    wait_cluster_caught_up,
     workload,
 )
 from tests.redis.conftest import RedisServer
 from tests.redis.replica_support import Replicator, rkv_dump
-from tests.support.cluster import LocalCluster, http, wait_until
+from tests.support.cluster import LocalCluster, free_ports, http, wait_until
 
 
 @pytest.fixture
@@ -257,3 +258,56 @@ def test_a_seed_without_cluster_support_is_refused_at_once(redis_server: RedisSe
     assert done.returncode == 3
     assert b"cluster support disabled" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_flushall_stops_every_shard_and_a_restart_empties_rkv_too(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    with run_redis_cluster(tmp_path / "redis", replicas=0) as redis_cluster:
+        writer = ClusterWriter(redis_cluster)
+        writer.run(workload(seed=11, count=1500))
+        port = free_ports(1)[0]
+        replicator = Replicator(
+            redis_cluster.servers[0],
+            cluster,
+            tmp_path / "replicator.log",
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+        )
+        try:
+            replicator.start(_source(redis_cluster))
+            assert_cluster_same(cluster, redis_cluster, replicator)
+            # one registry, a shard label per master
+            metrics = http("GET", f"http://127.0.0.1:{port}/metrics").body.decode()
+            tags = {s["master_id"][:12] for s in redis_cluster.shards()}
+            for tag in tags:
+                assert f'rkv_redis_master_link_up{{shard="{tag}"}} 1.0' in metrics
+
+            for master in redis_cluster.masters():
+                redis_cluster.ask(master, "FLUSHALL")
+            assert replicator.wait(120) == 1
+            output = replicator.output()
+            assert "were flushed (FLUSHALL" in output
+            assert "resync" in {c["state"] for c in shard_checkpoints(cluster).values()}
+            assert rkv_dump(cluster)  # nothing applied from the flushes
+
+            writer.run([["SET", "after", "the flush"]])
+            # a shard stopped (with the others) before it read its FLUSHALL stops at it
+            # when restarted; at most once more per shard
+            for _attempt in range(3):
+                seen = len(replicator.output())
+                replicator.start(_source(redis_cluster))
+                try:
+                    wait_cluster_caught_up(cluster, redis_cluster, replicator)
+                    break
+                except AssertionError:
+                    assert replicator.wait(30) == 1
+                    assert "were flushed (FLUSHALL" in replicator.output()[seen:]
+            else:
+                raise AssertionError(replicator.output()[-3000:])
+            dumped = rkv_dump(cluster)
+            assert [(r["key"], r["value"]) for r in dumped] == [("after", "the flush")]
+        finally:
+            writer.close()
+            replicator.stop()

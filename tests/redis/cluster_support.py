@@ -213,6 +213,17 @@ class ClusterWriter:
         for command in commands:
             self.execute(*command)
 
+    def pipeline(self, commands: Sequence[Sequence[Arg]]) -> None:
+        """Many commands, pipelined to each master (the map must be current: no MOVED)."""
+        self.refresh()
+        by_port: dict[int, list[Sequence[Arg]]] = {}
+        for command in commands:
+            key = command[1] if isinstance(command[1], bytes) else str(command[1]).encode()
+            by_port.setdefault(self.owners[key_slot(key)], []).append(command)
+        for port, batch in by_port.items():
+            for reply in self._client(port).pipeline(batch):
+                assert not isinstance(reply, RespError), reply
+
     def close(self) -> None:
         for client in self.clients.values():
             client.close()

@@ -311,3 +311,47 @@ def test_flushall_stops_every_shard_and_a_restart_empties_rkv_too(
         finally:
             writer.close()
             replicator.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_shard_load_killed_half_way_is_redone_and_its_objects_dropped(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    with run_redis_cluster(tmp_path / "redis", replicas=0) as redis_cluster:
+        writer = ClusterWriter(redis_cluster)
+        # enough containers that a shard's load takes a while (and writes many objects)
+        writer.pipeline([["HSET", f"big:{i}", "a", str(i), "b", "x"] for i in range(60_000)])
+        replicator = Replicator(redis_cluster.servers[0], cluster, tmp_path / "replicator.log")
+        try:
+            replicator.start(_source(redis_cluster))
+            wait_until(
+                lambda: "loading" in {c["state"] for c in shard_checkpoints(cluster).values()},
+                120,
+                "a shard loading",
+            )
+            replicator.kill()
+            interrupted = {
+                shard: c
+                for shard, c in shard_checkpoints(cluster).items()
+                if c["state"] == "loading"
+            }
+            assert interrupted
+            writer.pipeline([["HSET", f"big:{i}", "c", "after"] for i in range(0, 60_000, 7)])
+            replicator.start(_source(redis_cluster))
+            assert_cluster_same(cluster, redis_cluster, replicator)
+            leader = cluster.leader()
+            generation = json.loads(http("GET", f"{leader.url}/v1/kv/redis/current").body)[
+                "generation"
+            ]
+            now = shard_checkpoints(cluster)
+            for shard, checkpoint in interrupted.items():
+                assert now[shard]["epoch"] == checkpoint["epoch"] + 1
+                # the interrupted load's objects are gone (the new load's ids differ)
+                old = f"redis/g{generation}/o/{shard[:12]}.{checkpoint['epoch']}."
+                page = http("GET", f"{leader.url}/v1/kv?prefix={old}&limit=1").json()
+                assert page["items"] == [], page
+                new = f"redis/g{generation}/o/{shard[:12]}.{checkpoint['epoch'] + 1}."
+                assert http("GET", f"{leader.url}/v1/kv?prefix={new}&limit=1").json()["items"]
+        finally:
+            writer.close()
+            replicator.stop()

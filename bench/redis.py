@@ -23,8 +23,13 @@ Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
    the standby holds the lock and until it resumed and caught up, and the
    commands lost or repeated (must be 0).
 
-Prints tables; writes redis.json and redis.html to --out. Every process is
-stopped by PID at the end, also on errors and Ctrl-C.
+``--scenario cluster`` runs only the comparison of bench/redis_cluster.py
+instead (a short run): the SET rate kept up with replicating 3 Redis Cluster
+masters against 1 master (``--rates``, ``--step-seconds``, ``--burst``).
+
+Prints tables; writes redis.json and redis.html (redis-cluster.json for the
+cluster scenario) to --out. Every process is stopped by PID at the end, also on
+errors and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -247,12 +252,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--takeover-kills", type=int, default=10)
     parser.add_argument("--lock-ttl", type=int, default=10, help="the replicators' --lock-ttl")
+    parser.add_argument("--scenario", choices=("all", "cluster"), default="all")
+    parser.add_argument("--burst", type=int, default=100_000)
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
     if not parts <= set(PARTS):
         parser.error(f"--parts: choose among {','.join(PARTS)}")
     rates = [int(r) for r in args.rates.split(",")]
     interrupt_on_signals()
+    if args.scenario == "cluster":
+        _cluster_scenario(args, rates)
+        return
     work = Path(tempfile.mkdtemp(prefix="rkv-bench-redis-"))
     results: dict[str, Any] = {"keys": args.keys, "full_sync": [], "steady": []}
     try:
@@ -305,6 +315,23 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "redis.json").write_text(json.dumps(results, indent=2))
     (args.out / "redis.html").write_text(html)
     progress(f"wrote {args.out / 'redis.json'} and {args.out / 'redis.html'}")
+
+
+def _cluster_scenario(args: argparse.Namespace, rates: list[int]) -> None:
+    from bench import redis_cluster  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix="rkv-bench-redis-cluster-"))
+    try:
+        with Processes() as procs:
+            (work / "rkv").mkdir()
+            cluster = start(procs, work / "rkv")
+            rows = redis_cluster.keep_up(procs, cluster, work, rates, args.step_seconds, args.burst)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(redis_cluster.render(rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "redis-cluster.json").write_text(json.dumps(rows, indent=2))
+    progress(f"wrote {args.out / 'redis-cluster.json'}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ crossed, a snapshot it cannot parse, another replicator owns the prefix),
 
 The master's password comes from ``--source-password-file``, else from
 ``$RKV_REDIS_PASSWORD``, else from the ``--source`` URL (which every user of
-the machine can read in ``ps``: a warning says so).
+the machine can read in ``ps``: a warning says so). A ``redis-cluster://``
+source (replication/redis/cluster/) takes its nodes' password the same way.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from node.cli.common import (
     EXIT_OK,
@@ -34,7 +35,13 @@ from node.cli.common import (
 from node.cli.credential_flags import add_credentials_arguments, credentials_from
 
 if TYPE_CHECKING:
+    from http_api.client import Fencing, RkvClient
+    from replication.redis.cluster.source import ClusterSource
+    from replication.redis.cluster.supervisor import ClusterReplicator
     from replication.redis.link.master_link import MasterAddress
+    from replication.redis.standby import Standby
+
+T = TypeVar("T")
 
 EXIT_STOPPED = 1  # the replicator stopped: rkv refused a write, a bound was crossed
 PASSWORD_ENV = "RKV_REDIS_PASSWORD"
@@ -88,7 +95,8 @@ def add_commands(sub: Any) -> None:
     add(
         "--source",
         default=None,
-        help="the master: redis://[user@]host:port (a password in the URL shows in ps: "
+        help="the master: redis://[user@]host:port, or a Redis Cluster: "
+        "redis-cluster://host:port[,host:port...] (a password in the URL shows in ps: "
         f"prefer --source-password-file or ${PASSWORD_ENV}); required unless --status",
     )
     add(
@@ -253,6 +261,26 @@ def _warn(message: str) -> None:
     print(f"rkv redis-replicate: warning: {message}", file=sys.stderr, flush=True)
 
 
+def _parse_source(
+    parse: Callable[[str, str | None], T],
+    url: str,
+    password_file: str | None,
+    environ: Mapping[str, str] | None,
+) -> T:
+    env = os.environ if environ is None else environ
+    if password_file is not None:
+        return parse(url, _read_password_file(password_file))
+    if env.get(PASSWORD_ENV):
+        return parse(url, env[PASSWORD_ENV])
+    address = parse(url, None)
+    if getattr(address, "password", None) is not None:
+        _warn(
+            "the password in --source can be read by every user of this machine (ps, "
+            f"/proc); put it in a file (--source-password-file) or in ${PASSWORD_ENV}"
+        )
+    return address
+
+
 def source_address(
     url: str, password_file: str | None, environ: Mapping[str, str] | None = None
 ) -> MasterAddress:
@@ -261,18 +289,59 @@ def source_address(
     for a problem (never showing the password)."""
     from replication.redis.link.master_link import MasterAddress  # noqa: PLC0415
 
-    env = os.environ if environ is None else environ
-    if password_file is not None:
-        return MasterAddress.parse(url, _read_password_file(password_file))
-    if env.get(PASSWORD_ENV):
-        return MasterAddress.parse(url, env[PASSWORD_ENV])
-    address = MasterAddress.parse(url)
-    if address.password is not None:
-        _warn(
-            "the password in --source can be read by every user of this machine (ps, "
-            f"/proc); put it in a file (--source-password-file) or in ${PASSWORD_ENV}"
-        )
-    return address
+    return _parse_source(MasterAddress.parse, url, password_file, environ)
+
+
+def cluster_source(
+    url: str, password_file: str | None, environ: Mapping[str, str] | None = None
+) -> ClusterSource:
+    """A ``redis-cluster://`` source: its seeds, and the login of every node, the
+    password found as for a master (:func:`source_address`)."""
+    from replication.redis.cluster.source import ClusterSource  # noqa: PLC0415
+
+    return _parse_source(ClusterSource.parse, url, password_file, environ)
+
+
+def _build(
+    args: argparse.Namespace,
+    make_client: Callable[[], RkvClient],
+    status: Callable[[str], None],
+) -> Standby:
+    """A standby that replicates a master, or a Redis Cluster's masters, while it
+    holds the prefix's lock."""
+    from replication.redis.cluster.source import SCHEME  # noqa: PLC0415
+    from replication.redis.cluster.supervisor import ClusterReplicator  # noqa: PLC0415
+    from replication.redis.replicator import ReplicatorConfig  # noqa: PLC0415
+    from replication.redis.standby import Standby  # noqa: PLC0415
+
+    cluster = None
+    if str(args.source).startswith(SCHEME + "://"):
+        cluster = cluster_source(args.source, args.source_password_file)
+        master = cluster.seeds[0]
+    else:
+        master = source_address(args.source, args.source_password_file)
+    config = ReplicatorConfig(
+        master,
+        _prefix(args),
+        spool_dir=Path(args.spool_dir) if args.spool_dir else None,
+        status_interval=args.status_interval,
+        max_command_bytes=args.max_command_bytes,
+        max_spool_bytes=args.max_spool_bytes,
+        max_rdb_value_bytes=args.max_rdb_value_bytes,
+    )
+    standby = Standby(
+        config, make_client, status, lock_ttl=args.lock_ttl, shards=cluster is not None
+    )
+    if cluster is not None:
+        found = cluster
+
+        def build_cluster(client: RkvClient, fencing: Fencing) -> ClusterReplicator:
+            return ClusterReplicator(
+                found, config, client, make_client, status, metrics=standby.metrics, fencing=fencing
+            )
+
+        standby.build = build_cluster
+    return standby
 
 
 def _replicate(args: argparse.Namespace) -> int:
@@ -280,28 +349,20 @@ def _replicate(args: argparse.Namespace) -> int:
     from replication.redis.batch import CheckpointConflict  # noqa: PLC0415
     from replication.redis.commands.dispatch import ReplicationStop  # noqa: PLC0415
     from replication.redis.link.master_link import LimitExceeded, RedisLinkError  # noqa: PLC0415
-    from replication.redis.replicator import ReplicatorConfig  # noqa: PLC0415
-    from replication.redis.standby import Standby, StopRequested  # noqa: PLC0415
+    from replication.redis.standby import StopRequested  # noqa: PLC0415
 
-    prefix = _prefix(args)
-    config = ReplicatorConfig(
-        source_address(args.source, args.source_password_file),
-        prefix,
-        spool_dir=Path(args.spool_dir) if args.spool_dir else None,
-        status_interval=args.status_interval,
-        max_command_bytes=args.max_command_bytes,
-        max_spool_bytes=args.max_spool_bytes,
-        max_rdb_value_bytes=args.max_rdb_value_bytes,
-    )
     urls = _urls(args)
 
     def status(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     credentials = credentials_from(args)
-    standby = Standby(
-        config, lambda: RkvClient(urls, credentials=credentials), status, lock_ttl=args.lock_ttl
-    )
+
+    def make_client() -> RkvClient:
+        return RkvClient(urls, credentials=credentials)
+
+    _prefix(args)  # a bad prefix is a usage error before anything connects
+    standby = _build(args, make_client, status)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         status(f"redis-replicate: signal {signum}: stopping after the current batch")

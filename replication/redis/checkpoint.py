@@ -6,6 +6,13 @@ the data and the position can never disagree: after a crash the replicator
 resumes with ``PSYNC <replid> <offset + 1>`` and neither loses nor repeats a
 command. ``state`` is ``loading`` while a full sync fills ``generation`` (which
 readers do not see yet) and ``streaming`` once it has been switched to.
+
+A shard of a Redis Cluster (replication/redis/cluster/) has a checkpoint of its
+own, ``redis:<prefix>@<shard>``, which also records the shard's ``slots``
+(inclusive ranges), its ``nodes`` (the master's and replicas' node ids) and its
+``epoch`` (the number of its full syncs, part of the ids of the objects it
+creates); its state may also be ``resync`` (a full sync of its slots is due).
+Those fields are absent from a single master's checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ _PREFIX = re.compile(rb"[A-Za-z0-9._:/@-]{1,150}")
 
 def checkpoint_name(prefix: bytes) -> str:
     return "redis:" + prefix.decode()
+
+
+def shard_checkpoint_name(prefix: bytes, shard: str) -> str:
+    """The checkpoint of one shard of a Redis Cluster replicated under ``prefix``."""
+    return f"{checkpoint_name(prefix)}@{shard}"
 
 
 def prefix_problem(prefix: bytes) -> str | None:
@@ -41,9 +53,16 @@ class Checkpoint:
     master_offset: int = 0
     """The highest offset received from the master when this was written (lag)."""
     updated_ms: int = 0
+    slots: list[list[int]] | None = None
+    """Cluster shards only: the slots served, as inclusive [first, last] ranges."""
+    nodes: list[str] | None = None
+    """Cluster shards only: the node ids of the shard's master and replicas."""
+    epoch: int | None = None
+    """Cluster shards only: the shard's full syncs so far (in its object ids)."""
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        fields = {k: v for k, v in asdict(self).items() if v is not None or k not in _SHARD_FIELDS}
+        return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Checkpoint:
@@ -56,4 +75,10 @@ class Checkpoint:
             state=str(data["state"]),
             master_offset=int(data.get("master_offset", 0)),
             updated_ms=int(data.get("updated_ms", 0)),
+            slots=[[int(a), int(b)] for a, b in data["slots"]] if "slots" in data else None,
+            nodes=[str(n) for n in data["nodes"]] if "nodes" in data else None,
+            epoch=int(data["epoch"]) if "epoch" in data else None,
         )
+
+
+_SHARD_FIELDS = frozenset({"slots", "nodes", "epoch"})

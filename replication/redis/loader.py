@@ -41,8 +41,12 @@ def serving_generation(store: RkvStore, prefix: bytes) -> int | None:
     return None if raw is None else int(json.loads(raw)["generation"])
 
 
-def _drop_generation(store: RkvStore, prefix: bytes, generation: int) -> int:
-    root = generation_root(prefix, generation)
+def drop_generation(store: RkvStore, prefix: bytes, generation: int) -> int:
+    return drop_prefix(store, generation_root(prefix, generation))
+
+
+def drop_prefix(store: RkvStore, root: bytes) -> int:
+    """Delete every key under ``root``; returns how many."""
     dropped = 0
     while keys := store.first(root, _DELETE_PAGE):
         store.write(dict.fromkeys(key for key, _ in keys))
@@ -50,7 +54,7 @@ def _drop_generation(store: RkvStore, prefix: bytes, generation: int) -> int:
     return dropped
 
 
-def _value(event: KeyValue) -> Any:
+def rdb_value(event: KeyValue) -> Any:
     value = event.value
     if isinstance(value, Stream):
         return StreamValue(
@@ -63,7 +67,7 @@ def _value(event: KeyValue) -> Any:
     return value
 
 
-def _events(sync: SyncResult, max_value_bytes: int) -> Iterator[Event]:
+def rdb_events(sync: SyncResult, max_value_bytes: int) -> Iterator[Event]:
     assert sync.payload is not None
     try:
         yield from parse_rdb(sync.payload, max_value_bytes=max_value_bytes)
@@ -76,7 +80,7 @@ def _events(sync: SyncResult, max_value_bytes: int) -> Iterator[Event]:
         raise ReplicationStop(f"the master's snapshot (RDB) cannot be parsed: {exc}") from exc
 
 
-class _Writers:
+class GuardedWriters:
     """Up to WRITERS guarded batch writes in flight, each thread with its own client:
     parsing the RDB overlaps with rkv committing what was parsed before."""
 
@@ -102,7 +106,7 @@ class _Writers:
             self._futures.popleft().result()
         self._futures.append(self._pool.submit(self._write, changes))
 
-    def __enter__(self) -> _Writers:
+    def __enter__(self) -> GuardedWriters:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -135,9 +139,9 @@ def load_snapshot(
     serving = serving_generation(store, prefix)
     generation = max(previous.generation if previous else 0, serving or 0) + 1
     if previous is not None and previous.state == "loading":
-        dropped = _drop_generation(store, prefix, previous.generation)
+        dropped = drop_generation(store, prefix, previous.generation)
         status(f"redis-replicate: dropped {dropped} keys of an interrupted load")
-    dropped = _drop_generation(store, prefix, generation)  # leftovers of a crashed attempt
+    dropped = drop_generation(store, prefix, generation)  # leftovers of a crashed attempt
     if dropped:
         status(f"redis-replicate: dropped {dropped} leftover keys of generation {generation}")
     layout = Layout(prefix, generation)
@@ -148,9 +152,9 @@ def load_snapshot(
     version = view.commit(loading, version)
     started = last = time.monotonic()
     keys = 0
-    with _Writers(make_store, version) as writers:
+    with GuardedWriters(make_store, version) as writers:
         view.on_full = lambda: writers.submit(view.take_pending())
-        for event in _events(sync, max_value_bytes):
+        for event in rdb_events(sync, max_value_bytes):
             if not isinstance(event, KeyValue):
                 continue
             keys += 1
@@ -161,7 +165,7 @@ def load_snapshot(
                     Layout.default_namespace(event.db),
                     event.key,
                     event.type_name,
-                    _value(event),
+                    rdb_value(event),
                     event.expire_ms,
                     f"r{keys}",
                 )

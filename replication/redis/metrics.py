@@ -6,11 +6,13 @@ batches, never per command: the command counts once per read-ahead (up to 2,000
 commands), the commit duration once per transaction. The offsets, the lag and the
 link's state are read from the replicator when scraped (:class:`ReplicatorProgress`).
 Command labels are the names the replicator knows (``set``, ``hset``...), ``other`` for
-any other, so a master cannot grow the label set.
+any other, so a master cannot grow the label set. Replicating a Redis Cluster, every
+metric also has a ``shard`` label (the shard's tag, as in the status lines).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,11 +56,16 @@ SCRAPED: dict[str, str] = {
 
 
 class ReplicatorMetrics:
-    """The replicator's counters and histograms, and a collector of its progress."""
+    """The replicator's counters and histograms, and a collector of its progress.
 
-    def __init__(self) -> None:
+    ``ReplicatorMetrics(shards=True)`` is a Redis Cluster's: every metric has a
+    ``shard`` label, and :meth:`for_shard` gives each shard's replicator its view.
+    """
+
+    def __init__(self, shards: bool = False) -> None:
         self.registry = CollectorRegistry()
-        self._collector: _ProgressCollector | None = None
+        label = ["shard"] if shards else []
+        self._shard: list[str] = []
         self.active = Gauge(
             "rkv_redis_replicator_active",
             "1 while this replicator holds its prefix's lock and replicates; 0 while it "
@@ -86,31 +93,47 @@ class ReplicatorMetrics:
             "Commands received from the master's stream, by command (lower case; other: "
             "a name the replicator does not know). A stream resent after a reconnect counts "
             "again.",
-            ["command"],
+            [*label, "command"],
             registry=self.registry,
         )
         self.full_syncs = Counter(
             "rkv_redis_full_syncs",
             "Full syncs begun (the master answered +FULLRESYNC and sent its RDB snapshot).",
+            label,
             registry=self.registry,
         )
         self.partial_syncs = Counter(
             "rkv_redis_partial_syncs",
             "Partial syncs (the master answered +CONTINUE: the stream resumed at the checkpoint).",
+            label,
             registry=self.registry,
         )
         self.link_losses = Counter(
             "rkv_redis_master_link_losses",
             "Connections to the master lost and retried.",
+            label,
             registry=self.registry,
         )
         self.batch_commit = Histogram(
             "rkv_redis_batch_commit_duration_seconds",
             "Duration of one rkv transaction committing a batch of commands and the checkpoint.",
+            label,
             unit="seconds",
             buckets=_COMMIT_SECONDS,
             registry=self.registry,
         )
+        self._collector = _ProgressCollector(label)
+        self.registry.register(self._collector)
+
+    def for_shard(self, shard: str) -> ReplicatorMetrics:
+        """The metrics of one shard: the same registry, its ``shard`` label set."""
+        bound = copy.copy(self)
+        bound._shard = [shard]
+        bound.full_syncs = self.full_syncs.labels(shard)
+        bound.partial_syncs = self.partial_syncs.labels(shard)
+        bound.link_losses = self.link_losses.labels(shard)
+        bound.batch_commit = self.batch_commit.labels(shard)
+        return bound
 
     def count_commands(self, names: Iterable[bytes]) -> None:
         counts: dict[str, int] = {}
@@ -119,37 +142,44 @@ class ReplicatorMetrics:
             name = name if name in KNOWN_COMMANDS else "other"
             counts[name] = counts.get(name, 0) + 1
         for name, count in counts.items():
-            self.commands.labels(name).inc(count)
+            self.commands.labels(*self._shard, name).inc(count)
 
     def watch(self, progress: Callable[[], ReplicatorProgress]) -> None:
-        """Report ``progress()`` at each scrape (the latest replicator watched: a
-        standby builds one per term of holding the lock)."""
-        if self._collector is None:
-            self._collector = _ProgressCollector(progress)
-            self.registry.register(self._collector)
-        else:
-            self._collector.progress = progress
+        """Report ``progress()`` at each scrape, in place of the one watched before
+        with the same labels (a standby builds new replicators at each takeover)."""
+        self._collector.add(self._shard, progress)
 
 
 class _ProgressCollector(Collector):
-    def __init__(self, progress: Callable[[], ReplicatorProgress]) -> None:
-        self.progress = progress
+    def __init__(self, label: list[str]) -> None:
+        self._label = label
+        self._sources: dict[tuple[str, ...], Callable[[], ReplicatorProgress]] = {}
+
+    def add(self, labels: list[str], progress: Callable[[], ReplicatorProgress]) -> None:
+        self._sources[tuple(labels)] = progress
 
     def describe(self) -> Iterator[Any]:
         for name, help_text in SCRAPED.items():
-            yield GaugeMetricFamily(name, help_text)
+            yield GaugeMetricFamily(name, help_text, labels=self._label)
 
     def collect(self) -> Iterator[Any]:
-        now = self.progress()
-        values: dict[str, float | None] = {
-            "rkv_redis_master_link_up": now.link_up,
-            "rkv_redis_full_sync_running": now.full_sync_running,
-            "rkv_redis_received_offset": now.received_offset,
-            "rkv_redis_acknowledged_offset": now.acknowledged_offset,
-            "rkv_redis_lag_bytes": now.lag_bytes,
-            "rkv_redis_lag_seconds": now.lag_seconds,
+        families = {
+            name: GaugeMetricFamily(name, help_text, labels=self._label)
+            for name, help_text in SCRAPED.items()
         }
-        for name, help_text in SCRAPED.items():
-            value = values[name]
-            if value is not None:
-                yield GaugeMetricFamily(name, help_text, value=float(value))
+        for labels, progress in list(self._sources.items()):
+            now = progress()
+            values: dict[str, float | None] = {
+                "rkv_redis_master_link_up": now.link_up,
+                "rkv_redis_full_sync_running": now.full_sync_running,
+                "rkv_redis_received_offset": now.received_offset,
+                "rkv_redis_acknowledged_offset": now.acknowledged_offset,
+                "rkv_redis_lag_bytes": now.lag_bytes,
+                "rkv_redis_lag_seconds": now.lag_seconds,
+            }
+            for name, value in values.items():
+                if value is not None:
+                    families[name].add_metric(list(labels), float(value))
+        for family in families.values():
+            if family.samples:
+                yield family

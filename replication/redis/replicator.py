@@ -32,7 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from http_api.client import Fencing, RkvClient
@@ -98,7 +98,7 @@ class Replicator:
         fencing: Fencing | None = None,
     ) -> None:
         self.config = config
-        self.store = RkvStore(client, checkpoint_name(config.prefix), fencing=fencing)
+        self.store = RkvStore(client, self._checkpoint_name(), fencing=fencing)
         self._make_client = make_client
         self._status = status
         self._lock = threading.Lock()
@@ -115,6 +115,39 @@ class Replicator:
         self._txn_cap = RKV_MAX_TXN_OPS  # lowered by each 413 txn_too_large
         self.metrics = ReplicatorMetrics() if metrics is None else metrics
         self.metrics.watch(self.progress)
+
+    # -- what a cluster shard (replication/redis/cluster/shard.py) changes ----------
+
+    def _checkpoint_name(self) -> str:
+        return checkpoint_name(self.config.prefix)
+
+    def _source(self) -> MasterAddress:
+        """The master to connect to (asked at each connection)."""
+        return self.config.source
+
+    def _load(self, sync: SyncResult, checkpoint: Checkpoint | None) -> tuple[Checkpoint, int]:
+        """A full sync: load ``sync``'s RDB; the streaming checkpoint and its version."""
+        return load_snapshot(
+            self.store,
+            self.config.prefix,
+            sync,
+            checkpoint,
+            version=self._version,
+            status=self._status,
+            make_store=self._new_store,
+            max_value_bytes=self.config.max_rdb_value_bytes,
+        )
+
+    def _new_store(self) -> RkvStore:
+        """A store of its own client (a full sync's writer threads, the sweeper), with
+        the same checkpoint, transaction size and fencing token."""
+        store = self.store
+        return RkvStore(
+            self._make_client(), store.checkpoint_name, store.max_txn_ops, store.fencing
+        )
+
+    def _context(self, layout: Layout, checkpoint: Checkpoint) -> CommandContext:
+        return CommandContext(layout=layout, db=checkpoint.db, offset=checkpoint.offset)
 
     # -- public ---------------------------------------------------------------------
 
@@ -206,7 +239,7 @@ class Replicator:
         self._checkpoint = checkpoint
         config = self.config
         link = MasterLink(
-            config.source,
+            self._source(),
             spool,
             self.durable_offset,
             max_spool_bytes=config.max_spool_bytes,
@@ -224,30 +257,16 @@ class Replicator:
             self.metrics.full_syncs.inc()
             self._full_sync_running = True
             self._status(
-                f"redis-replicate: full resync (+FULLRESYNC) from {self.config.source} "
+                f"redis-replicate: full resync (+FULLRESYNC) from {link.address} "
                 f"at offset {sync.offset}"
             )
-            checkpoint, self._version = load_snapshot(
-                self.store,
-                self.config.prefix,
-                sync,
-                checkpoint,
-                version=self._version,
-                status=self._status,
-                make_store=lambda: RkvStore(
-                    self._make_client(),
-                    self.store.checkpoint_name,
-                    self.store.max_txn_ops,
-                    self.store.fencing,
-                ),
-                max_value_bytes=config.max_rdb_value_bytes,
-            )
+            checkpoint, self._version = self._load(sync, checkpoint)
             self._full_sync_running = False
         else:
             self.metrics.partial_syncs.inc()
             assert checkpoint is not None
             self._status(
-                f"redis-replicate: partial resync (+CONTINUE) from {self.config.source} "
+                f"redis-replicate: partial resync (+CONTINUE) from {link.address} "
                 f"after offset {sync.offset}"
             )
             if sync.replid != checkpoint.replid:
@@ -261,7 +280,7 @@ class Replicator:
         config = self.config
         layout = Layout(self.config.prefix, checkpoint.generation)
         view = BatchView(self.store)
-        context = CommandContext(layout=layout, db=checkpoint.db, offset=checkpoint.offset)
+        context = self._context(layout, checkpoint)
         committed = checkpoint
         last = checkpoint.offset
         self._caught_up_at = time.monotonic()  # a full sync just ended, or a reconnect
@@ -399,11 +418,11 @@ class Replicator:
     def _commit(
         self, view: BatchView, previous: Checkpoint, offset: int, db: int, link: MasterLink
     ) -> Checkpoint:
-        checkpoint = Checkpoint(
+        checkpoint = replace(
+            previous,
             replid=link.replid or previous.replid,
             offset=offset,
             db=db,
-            generation=previous.generation,
             state="streaming",
             master_offset=link.received_offset,
             updated_ms=int(time.time() * 1000),

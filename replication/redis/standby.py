@@ -30,9 +30,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from http_api.client import Election, LockHolder, RkvClient
+from http_api.client import Election, Fencing, LockHolder, RkvClient
 from http_api.client.errors import (
     ClusterUnreachableError,
     Fenced,
@@ -58,6 +58,14 @@ def lock_name(prefix: bytes) -> str:
     and the prefix without its last ``/`` (a lock name has no empty part)."""
     text = prefix.decode()
     return "redis-replicate:" + (text[:-1] if text.endswith("/") else text)
+
+
+class Replicating(Protocol):
+    """What a leader runs: a :class:`Replicator`, or a Redis Cluster's supervisor."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class StopRequested(Exception):
@@ -113,19 +121,29 @@ class Standby:
         status: Callable[[str], None] = logger.info,
         metrics: ReplicatorMetrics | None = None,
         lock_ttl: int = DEFAULT_LOCK_TTL,
+        *,
+        shards: bool = False,
     ) -> None:
         self.config = config
         self.name = lock_name(config.prefix)
         self.lock_ttl = lock_ttl
-        self.metrics = ReplicatorMetrics() if metrics is None else metrics
+        self.metrics = ReplicatorMetrics(shards=shards) if metrics is None else metrics
         self._make_client = make_client
         self._status = status
         self._stop = threading.Event()
-        self._replicator: Replicator | None = None
+        self._replicator: Replicating | None = None
         self._campaigning = False
+        self.build: Callable[[RkvClient, Fencing], Replicating] = self._single_master
+        """What a leader runs, given its client and fencing token (a Redis Cluster's
+        supervisor replaces the default, one master's :class:`Replicator`)."""
+
+    def _single_master(self, client: RkvClient, fencing: Fencing) -> Replicating:
+        return Replicator(
+            self.config, client, self._make_client, self._status, self.metrics, fencing=fencing
+        )
 
     @property
-    def replicator(self) -> Replicator | None:
+    def replicator(self) -> Replicating | None:
         """The replicator of the current term of leading (None while standing by)."""
         return self._replicator
 
@@ -215,14 +233,7 @@ class Standby:
             f"redis-replicate: took {self.name} (token {leadership.token}): replicating "
             f"from {self.config.source}"
         )
-        replicator = Replicator(
-            self.config,
-            client,
-            self._make_client,
-            self._status,
-            self.metrics,
-            fencing=leadership.fencing,
-        )
+        replicator = self.build(client, leadership.fencing)
         self._replicator = replicator
         if self._stop.is_set():
             replicator.stop()
@@ -250,7 +261,7 @@ class Standby:
             self.metrics.active_since.set(0)
 
     def _watch_lease(
-        self, election: Election, replicator: Replicator, ended: threading.Event
+        self, election: Election, replicator: Replicating, ended: threading.Event
     ) -> None:
         while not ended.wait(_WATCH_EVERY):
             if election.lost.is_set():

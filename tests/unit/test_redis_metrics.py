@@ -78,3 +78,26 @@ def test_progress_is_read_when_scraped_and_unknowns_are_absent() -> None:
     assert ("rkv_redis_received_offset", ()) not in samples
     assert ("rkv_redis_lag_bytes", ()) not in samples
     assert samples[("rkv_redis_acknowledged_offset", ())] == 1200
+
+
+def test_a_clusters_metrics_carry_each_shards_label_in_one_registry() -> None:
+    metrics = ReplicatorMetrics(shards=True)
+    first, second = metrics.for_shard("83a632e652af"), metrics.for_shard("7bbfec5c2d35")
+    first.watch(progress)
+    second.watch(lambda: progress(lag_bytes=7, received_offset=None))
+    first.full_syncs.inc()
+    second.partial_syncs.inc()
+    second.count_commands([b"set", b"set"])
+    with first.batch_commit.time():
+        pass
+    samples = scrape(metrics)
+    a, b = (("shard", "83a632e652af"),), (("shard", "7bbfec5c2d35"),)
+    assert samples[("rkv_redis_full_syncs_total", a)] == 1
+    assert samples[("rkv_redis_full_syncs_total", b)] == 0
+    assert samples[("rkv_redis_partial_syncs_total", b)] == 1
+    assert samples[("rkv_redis_commands_total", (("command", "set"), *b))] == 2
+    assert samples[("rkv_redis_batch_commit_duration_seconds_count", a)] == 1
+    assert samples[("rkv_redis_lag_bytes", a)] == 300
+    assert samples[("rkv_redis_lag_bytes", b)] == 7
+    assert ("rkv_redis_received_offset", b) not in samples  # unknown: not reported
+    assert samples[("rkv_redis_received_offset", a)] == 1500

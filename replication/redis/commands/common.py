@@ -67,6 +67,9 @@ class CommandContext:
     turns relative expiries (EX, PX, EXPIRE; a Redis 7 master sends absolute
     ones) into absolute ones. ``databases`` is the master's db count: FLUSHALL
     gives every db below it (and every db named in the dbs map) a new namespace.
+    ``id_prefix`` goes before every id allocated (empty for a single master; a
+    cluster shard's tag and epoch, so that shards sharing a generation never
+    allocate the same id: replication/redis/cluster/).
     """
 
     layout: Layout
@@ -76,6 +79,7 @@ class CommandContext:
     databases: int = 16
     serial: int = 0
     serial_offset: int | None = field(default=None, repr=False)
+    id_prefix: str = ""
 
     def _next(self) -> int:
         if self.serial_offset != self.offset:
@@ -85,10 +89,10 @@ class CommandContext:
         return number
 
     def new_object(self) -> str:
-        return f"c{self.offset}.{self._next()}"
+        return f"{self.id_prefix}c{self.offset}.{self._next()}"
 
     def new_namespace(self) -> str:
-        return f"f{self.offset}.{self._next()}"
+        return f"{self.id_prefix}f{self.offset}.{self._next()}"
 
 
 # --- the db -> namespace map -----------------------------------------------------

@@ -7,7 +7,10 @@ crossed, a snapshot it cannot parse, another replicator owns the prefix),
 
 The master's password comes from ``--source-password-file``, else from
 ``$RKV_REDIS_PASSWORD``, else from the ``--source`` URL (which every user of
-the machine can read in ``ps``: a warning says so).
+the machine can read in ``ps``: a warning says so). With a
+``redis-sentinel://`` source the URL's login is the sentinels': their password
+comes from ``--sentinel-password-file``, else ``$RKV_REDIS_SENTINEL_PASSWORD``,
+else the URL (with the same warning).
 """
 
 from __future__ import annotations
@@ -36,10 +39,13 @@ from node.cli.credential_flags import add_credentials_arguments, credentials_fro
 
 if TYPE_CHECKING:
     from replication.redis.link.master_link import MasterAddress
+    from replication.redis.sources import Source
 
 EXIT_STOPPED = 1  # the replicator stopped: rkv refused a write, a bound was crossed
 PASSWORD_ENV = "RKV_REDIS_PASSWORD"
 """The environment variable holding the master's password (when no file is given)."""
+SENTINEL_PASSWORD_ENV = "RKV_REDIS_SENTINEL_PASSWORD"
+"""The environment variable holding the sentinels' password (when no file is given)."""
 MIB = 1024 * 1024
 # Kept here (not imported) so that `rkv --help` need not import the replicator;
 # tests/unit checks they equal the replicator's own defaults.
@@ -88,14 +94,24 @@ def add_commands(sub: Any) -> None:
     add(
         "--source",
         required=True,
-        help="the master: redis://[user@]host:port (a password in the URL shows in ps: "
-        f"prefer --source-password-file or ${PASSWORD_ENV})",
+        help="the master: redis://[user@]host:port, or the master Redis Sentinel names, "
+        "followed across failovers: redis-sentinel://[user@]host:port[,host:port...]/NAME "
+        "(the user is the sentinels'). A password in the URL shows in ps: prefer "
+        f"--source-password-file or ${PASSWORD_ENV} (the master's), --sentinel-password-file "
+        f"or ${SENTINEL_PASSWORD_ENV} (the sentinels')",
     )
     add(
         "--source-password-file",
         metavar="PATH",
         default=None,
         help=f"file holding the master's password (one line); else ${PASSWORD_ENV}",
+    )
+    add(
+        "--sentinel-password-file",
+        metavar="PATH",
+        default=None,
+        help="redis-sentinel:// source: file holding the sentinels' password (one line); "
+        f"else ${SENTINEL_PASSWORD_ENV}",
     )
     add("--spool-dir", default=None, help="where the stream is buffered on disk (a temp dir)")
     add("--status-interval", type=float, default=5.0, help="seconds between status lines (5)")
@@ -193,25 +209,25 @@ def _dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_password_file(path: str) -> str:
+def _read_password_file(path: str, flag: str = "--source-password-file") -> str:
     try:
         with open(path, "rb") as file:
             mode = os.fstat(file.fileno()).st_mode
             raw = file.read(64 * 1024 + 1)
     except OSError as exc:
-        raise ValueError(f"cannot read --source-password-file: {exc}") from None
+        raise ValueError(f"cannot read {flag}: {exc}") from None
     if len(raw) > 64 * 1024:
-        raise ValueError(f"--source-password-file {path}: more than 64 KiB, not a password")
+        raise ValueError(f"{flag} {path}: more than 64 KiB, not a password")
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        raise ValueError(f"--source-password-file {path}: not UTF-8 text") from None
+        raise ValueError(f"{flag} {path}: not UTF-8 text") from None
     password = text[:-1] if text.endswith("\n") else text
     password = password[:-1] if password.endswith("\r") else password
     if not password:
-        raise ValueError(f"--source-password-file {path} is empty")
+        raise ValueError(f"{flag} {path} is empty")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        _warn(f"--source-password-file {path} can be read by other users (chmod 600 it)")
+        _warn(f"{flag} {path} can be read by other users (chmod 600 it)")
     return password
 
 
@@ -241,6 +257,40 @@ def source_address(
     return address
 
 
+def replication_source(
+    url: str,
+    password_file: str | None,
+    sentinel_password_file: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> Source:
+    """What ``--source`` names, with its passwords (see the module docstring).
+    ValueError for a problem (never showing a password)."""
+    from replication.redis.link.sentinel import SCHEME, SentinelSource  # noqa: PLC0415
+
+    env = os.environ if environ is None else environ
+    if not url.startswith(f"{SCHEME}:"):
+        if sentinel_password_file is not None:
+            raise ValueError(f"--sentinel-password-file is for a {SCHEME}:// --source")
+        return source_address(url, password_file, env)
+    if password_file is not None:
+        master_password: str | None = _read_password_file(password_file)
+    else:
+        master_password = env.get(PASSWORD_ENV) or None
+    if sentinel_password_file is not None:
+        given = _read_password_file(sentinel_password_file, "--sentinel-password-file")
+        return SentinelSource.parse(url, given, master_password)
+    if env.get(SENTINEL_PASSWORD_ENV):
+        return SentinelSource.parse(url, env[SENTINEL_PASSWORD_ENV], master_password)
+    source = SentinelSource.parse(url, None, master_password)
+    if source.password is not None:
+        _warn(
+            "the sentinels' password in --source can be read by every user of this machine "
+            "(ps, /proc); put it in a file (--sentinel-password-file) or in "
+            f"${SENTINEL_PASSWORD_ENV}"
+        )
+    return source
+
+
 def _replicate(args: argparse.Namespace) -> int:
     from http_api.client import RkvClient  # noqa: PLC0415
     from replication.redis.batch import CheckpointConflict  # noqa: PLC0415
@@ -250,7 +300,7 @@ def _replicate(args: argparse.Namespace) -> int:
 
     prefix = _prefix(args)
     config = ReplicatorConfig(
-        source_address(args.source, args.source_password_file),
+        replication_source(args.source, args.source_password_file, args.sentinel_password_file),
         prefix,
         spool_dir=Path(args.spool_dir) if args.spool_dir else None,
         status_interval=args.status_interval,

@@ -9,7 +9,9 @@
    ready, when the batch is full, or every 50 ms under load, never inside
    MULTI/EXEC. ``REPLCONF ACK`` reports the last committed offset.
 4. A lost connection reconnects (with PSYNC from the checkpoint) after a
-   pause; a :class:`ReplicationStop` (a command it cannot reproduce) commits
+   pause, to the master the source names then (:mod:`.sources`: a fixed
+   server, or the one Redis Sentinel names, whose ``+switch-master`` also
+   drops the connection at once); a :class:`ReplicationStop` (a command it cannot reproduce) commits
    what came before it and stops with the error.
 
 Bounds (each a setting of ``rkv redis-replicate``, see docs/REDIS.md): the
@@ -50,16 +52,17 @@ from replication.redis.layout import Layout
 from replication.redis.link.master_link import (
     DEFAULT_MAX_COMMAND_BYTES,
     DEFAULT_MAX_SPOOL_BYTES,
-    MasterAddress,
     MasterLink,
     RedisLinkError,
     ReplicatedCommand,
     SyncResult,
 )
+from replication.redis.link.types import MasterAddress
 from replication.redis.loader import load_snapshot
-from replication.redis.metrics import ReplicatorMetrics, ReplicatorProgress
+from replication.redis.metrics import LastSync, ReplicatorMetrics, ReplicatorProgress
 from replication.redis.prefetch import prefetch
 from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
+from replication.redis.sources import Source, open_source
 from replication.redis.sweeper import sweep
 
 logger = logging.getLogger(__name__)
@@ -77,7 +80,7 @@ READ_AHEAD_BYTES = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ReplicatorConfig:
-    source: MasterAddress
+    source: Source
     prefix: bytes = b"redis/"
     spool_dir: Path | None = None
     status_interval: float = 5.0
@@ -97,6 +100,9 @@ class Replicator:
     ) -> None:
         self.config = config
         self.store = RkvStore(client, checkpoint_name(config.prefix))
+        self.source = open_source(config.source)
+        self._master: MasterAddress | None = None  # of the last connection
+        self._last_sync: LastSync | None = None
         self._make_client = make_client
         self._status = status
         self._lock = threading.Lock()
@@ -119,6 +125,11 @@ class Replicator:
     @property
     def checkpoint(self) -> Checkpoint | None:
         return self._checkpoint
+
+    @property
+    def last_sync(self) -> LastSync | None:
+        """How the last connection began: +CONTINUE or +FULLRESYNC, which master, when."""
+        return self._last_sync
 
     def durable_offset(self) -> int | None:
         with self._lock:
@@ -145,6 +156,7 @@ class Replicator:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.source.close()
         link = self._link
         if link is not None:
             link.close()
@@ -154,6 +166,7 @@ class Replicator:
         or a RedisLinkError that reconnecting cannot cure."""
         sweeper = threading.Thread(target=self._sweep_forever, name="redis-sweeper", daemon=True)
         sweeper.start()
+        self.source.watch(self._master_moved)
         spool_root = self.config.spool_dir
         while not self.stop_event.is_set():
             with tempfile.TemporaryDirectory(
@@ -167,7 +180,7 @@ class Replicator:
                             return
                         raise
                     self.metrics.link_losses.inc()
-                    logger.warning("link to %s lost: %s; reconnecting", self.config.source, exc)
+                    logger.warning("link to %s lost: %s; reconnecting", self.source, exc)
                 except TxnTooLarge as exc:
                     # A node with a lower --max-txn-ops than learned (a new leader):
                     # smaller transactions, again from the checkpoint.
@@ -182,6 +195,16 @@ class Replicator:
                         self._link.close()
                         self._link = None
             self.stop_event.wait(RECONNECT_PAUSE)
+
+    def _master_moved(self, master: MasterAddress, said_by: str) -> None:
+        """The source's watcher thread: the master moved; drop the link to the old one."""
+        link = self._link
+        if link is None or _same_server(link.address, master):
+            return
+        self._status(
+            f"redis-replicate: {said_by}: +switch-master to {master}: leaving {link.address}"
+        )
+        link.abort(f"the master moved to {master} ({said_by})")
 
     # -- one connection -----------------------------------------------------------
 
@@ -203,8 +226,9 @@ class Replicator:
         checkpoint, self._version = self.store.read_checkpoint()
         self._checkpoint = checkpoint
         config = self.config
+        address = self.source.locate()
         link = MasterLink(
-            config.source,
+            address,
             spool,
             self.durable_offset,
             max_spool_bytes=config.max_spool_bytes,
@@ -218,12 +242,26 @@ class Replicator:
         else:
             sync = link.start()
         self._link_up = True
+        previous, self._master = self._master, address
+        switched = previous is not None and not _same_server(previous, address)
+        self._last_sync = LastSync(
+            "+FULLRESYNC" if sync.full else "+CONTINUE",
+            f"{address.host}:{address.port}",
+            sync.replid,
+            sync.offset,
+            time.time(),
+            switched,
+        )
+        self.metrics.synced(self._last_sync)
+        moved = f" (the master moved: was {previous})" if switched else ""
         if sync.full:
-            self.metrics.full_syncs.inc()
             self._full_sync_running = True
+            asked = ""
+            if checkpoint is not None and checkpoint.state == "streaming":
+                asked = f" (PSYNC asked to continue after offset {checkpoint.offset})"
             self._status(
-                f"redis-replicate: full resync (+FULLRESYNC) from {self.config.source} "
-                f"at offset {sync.offset}"
+                f"redis-replicate: full resync (+FULLRESYNC) from {address} "
+                f"at offset {sync.offset}{asked}{moved}"
             )
             checkpoint, self._version = load_snapshot(
                 self.store,
@@ -239,11 +277,10 @@ class Replicator:
             )
             self._full_sync_running = False
         else:
-            self.metrics.partial_syncs.inc()
             assert checkpoint is not None
             self._status(
-                f"redis-replicate: partial resync (+CONTINUE) from {self.config.source} "
-                f"after offset {sync.offset}"
+                f"redis-replicate: partial resync (+CONTINUE) from {address} "
+                f"after offset {sync.offset}{moved}"
             )
             if sync.replid != checkpoint.replid:
                 checkpoint.replid = sync.replid
@@ -439,3 +476,7 @@ class Replicator:
                     logger.exception("sweeping garbage failed; trying again later")
         finally:
             client.close()
+
+
+def _same_server(a: MasterAddress, b: MasterAddress) -> bool:
+    return (a.host, a.port) == (b.host, b.port)

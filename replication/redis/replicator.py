@@ -9,10 +9,13 @@
    ready, when the batch is full, or every 50 ms under load, never inside
    MULTI/EXEC. ``REPLCONF ACK`` reports the last committed offset.
 4. A lost connection reconnects (with PSYNC from the checkpoint) after a
-   pause, to the master the source names then (:mod:`.sources`: a fixed
-   server, or the one Redis Sentinel names, whose ``+switch-master`` also
-   drops the connection at once); a :class:`ReplicationStop` (a command it cannot reproduce) commits
-   what came before it and stops with the error.
+   pause (none when the master moved), to the master the source names then
+   (:mod:`.sources`: a fixed server, or the one Redis Sentinel names, whose
+   ``+switch-master`` also drops the connection at once). When the master's history lacks the
+   checkpoint (after a failover), the PSYNC may ask for an earlier point of
+   the same state (:mod:`.resume`: after the last data change, the stream is
+   often PINGs and Sentinel's hellos); a :class:`ReplicationStop` (a command it
+   cannot reproduce) commits what came before it and stops with the error.
 
 Bounds (each a setting of ``rkv redis-replicate``, see docs/REDIS.md): the
 link refuses a command larger than ``max_command_bytes`` (and the replicator a
@@ -62,6 +65,7 @@ from replication.redis.loader import load_snapshot
 from replication.redis.metrics import LastSync, ReplicatorMetrics, ReplicatorProgress
 from replication.redis.prefetch import prefetch
 from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
+from replication.redis.resume import ResumePoints, master_history
 from replication.redis.sources import Source, open_source
 from replication.redis.sweeper import sweep
 
@@ -103,6 +107,8 @@ class Replicator:
         self.source = open_source(config.source)
         self._master: MasterAddress | None = None  # of the last connection
         self._last_sync: LastSync | None = None
+        self._moved = False  # the source said the master moved: reconnect at once
+        self._resume = ResumePoints()
         self._make_client = make_client
         self._status = status
         self._lock = threading.Lock()
@@ -194,7 +200,8 @@ class Replicator:
                     if self._link is not None:
                         self._link.close()
                         self._link = None
-            self.stop_event.wait(RECONNECT_PAUSE)
+            self.stop_event.wait(0 if self._moved else RECONNECT_PAUSE)
+            self._moved = False
 
     def _master_moved(self, master: MasterAddress, said_by: str) -> None:
         """The source's watcher thread: the master moved; drop the link to the old one."""
@@ -204,6 +211,7 @@ class Replicator:
         self._status(
             f"redis-replicate: {said_by}: +switch-master to {master}: leaving {link.address}"
         )
+        self._moved = True
         link.abort(f"the master moved to {master} ({said_by})")
 
     # -- one connection -----------------------------------------------------------
@@ -238,6 +246,14 @@ class Replicator:
         with self._lock:
             self._durable = None
         if checkpoint is not None and checkpoint.state == "streaming":
+            earlier = self._resume.choose(
+                checkpoint.replid, checkpoint.offset, lambda: master_history(address)
+            )
+            if earlier is not None:
+                logger.info(
+                    "resuming after offset %d, not %d: same state", earlier[0], checkpoint.offset
+                )
+                checkpoint.offset, checkpoint.db = earlier
             sync = link.start(checkpoint.replid, checkpoint.offset + 1)
         else:
             sync = link.start()
@@ -297,6 +313,7 @@ class Replicator:
         committed = checkpoint
         last = checkpoint.offset
         self._caught_up_at = time.monotonic()  # a full sync just ended, or a reconnect
+        self._resume.start(checkpoint.offset, checkpoint.db)
         first_pending: float | None = None
         in_multi = False
         safe_offset, safe_db = last, context.db
@@ -345,6 +362,7 @@ class Replicator:
                         f"checkpoint stays at {safe_offset}: fix the cause and restart)"
                     ) from stop
                 last = command.end_offset
+                self._resume.note(command, in_multi, context.db)
                 if first_pending is None:
                     first_pending = now
             due = first_pending is not None and (
@@ -443,6 +461,7 @@ class Replicator:
         with self.metrics.batch_commit.time():
             self._version = view.commit(checkpoint, self._version)
         self._checkpoint = checkpoint
+        self._resume.committed(checkpoint.replid, offset)
         with self._lock:
             self._durable = offset
         return checkpoint

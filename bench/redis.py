@@ -1,7 +1,8 @@
 """Redis replicator benchmark (not a test): full-sync speed and the SET rate it keeps up with.
 
     python -m bench.redis [--keys 1000000] [--rates 5000,10000,20000,40000]
-                          [--step-seconds 20] [--out bench/results]
+                          [--step-seconds 20] [--failovers 2]
+                          [--sections full,steady,failover] [--out bench/results]
 
 Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
 
@@ -15,6 +16,14 @@ Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
    larger than a second's worth of commands. Then one unpaced redis-benchmark
    burst and the rate at which the replicator drained it. Target: keeps up
    with >= 20k SET/s.
+3. catch-up time after a Sentinel failover (bench/redis_failover.py): from
+   ``SENTINEL FAILOVER`` until the replicator's checkpoint reaches the new
+   master's offset, and whether it continued (+CONTINUE) or resynced in full;
+   ``--failovers`` rounds (the section takes about 30 s with 2, the rkv
+   cluster's start included).
+
+``--sections`` picks among full (1), steady (2, which needs full's mixed data)
+and failover (3).
 
 Prints tables; writes redis.json and redis.html to --out. Every process is
 stopped by PID at the end, also on errors and Ctrl-C.
@@ -34,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import Processes, interrupt_on_signals
+from bench.redis_failover import catch_up_after_failover
 from bench.rkv_cluster import RkvCluster, find_rkv, start
 from bench.support import BenchError, free_ports, http_json, progress, wait_until
 
@@ -263,25 +273,32 @@ def steady_state(
 
 
 def render(results: dict[str, Any]) -> tuple[str, str]:
-    lines = ["full sync", f"{'data':>10} {'keys':>10} {'seconds':>9} {'keys/s':>9}"]
-    for row in results["full_sync"]:
-        lines.append(
-            f"{row['label']:>10} {row['keys']:>10,} {row['seconds']:>9.1f} {row['keys_per_s']:>9,}"
-        )
-    lines += [
-        f"target: 1M string keys <= {FULL_SYNC_TARGET_S:.0f} s",
-        "",
-        "steady state",
-        f"{'SET/s':>16} {'achieved':>9} {'max lag B':>11} {'end lag B':>11} {'kept up':>8}",
-    ]
-    for row in results["steady"]:
-        extra = f"  drained at {row['drain_rate']:,}/s" if "drain_rate" in row else ""
-        lines.append(
-            f"{row['rate']!s:>16} {row['achieved']:>9,} {row['max_lag_bytes']:>11,} "
-            f"{row['final_lag_bytes']:>11,} {row['kept_up']!s:>8}{extra}"
-        )
-    lines.append(f"target: keeps up with >= {KEEP_UP_TARGET:,} SET/s")
-    table = "\n".join(lines)
+    lines: list[str] = []
+    if results["full_sync"]:
+        lines += ["full sync", f"{'data':>10} {'keys':>10} {'seconds':>9} {'keys/s':>9}"]
+        for row in results["full_sync"]:
+            lines.append(
+                f"{row['label']:>10} {row['keys']:>10,} {row['seconds']:>9.1f} "
+                f"{row['keys_per_s']:>9,}"
+            )
+        lines += [f"target: 1M string keys <= {FULL_SYNC_TARGET_S:.0f} s", ""]
+    if results["steady"]:
+        lines += [
+            "steady state",
+            f"{'SET/s':>16} {'achieved':>9} {'max lag B':>11} {'end lag B':>11} {'kept up':>8}",
+        ]
+        for row in results["steady"]:
+            extra = f"  drained at {row['drain_rate']:,}/s" if "drain_rate" in row else ""
+            lines.append(
+                f"{row['rate']!s:>16} {row['achieved']:>9,} {row['max_lag_bytes']:>11,} "
+                f"{row['final_lag_bytes']:>11,} {row['kept_up']!s:>8}{extra}"
+            )
+        lines += [f"target: keeps up with >= {KEEP_UP_TARGET:,} SET/s", ""]
+    if results["failover"]:
+        lines += ["catch-up after a Sentinel failover", f"{'round':>6} {'seconds':>9} path"]
+        for row in results["failover"]:
+            lines.append(f"{row['round']:>6} {row['seconds']:>9.2f} {row['path']}")
+    table = "\n".join(lines).rstrip()
     html = (
         "<!doctype html><meta charset=utf-8><title>rkv redis replicator benchmark</title>"
         f"<h1>rkv redis replicator benchmark</h1><pre>{table}</pre>"
@@ -294,12 +311,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--rates", default="5000,10000,20000,40000")
     parser.add_argument("--step-seconds", type=float, default=20.0)
+    parser.add_argument("--failovers", type=int, default=2)
+    parser.add_argument("--sections", default="full,steady,failover")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
+    sections = set(args.sections.split(","))
     rates = [int(r) for r in args.rates.split(",")]
     interrupt_on_signals()
     work = Path(tempfile.mkdtemp(prefix="rkv-bench-redis-"))
-    results: dict[str, Any] = {"keys": args.keys, "full_sync": [], "steady": []}
+    results: dict[str, Any] = {"keys": args.keys, "full_sync": [], "steady": [], "failover": []}
     try:
         with Processes() as procs:
             port = free_ports(1)[0]
@@ -320,19 +340,26 @@ def main(argv: list[str] | None = None) -> None:
                     "--repl-backlog-size",
                     "256mb",
             ]  # fmt: skip
-            procs.start("redis-server", server_argv, work / "redis.log")
-            time.sleep(0.5)
-            redis = Resp(port)
             (work / "rkv").mkdir()
             cluster = start(procs, work / "rkv")
-            for label in ("strings", "mixed"):
+            if "failover" in sections:
+                results["failover"] = catch_up_after_failover(procs, cluster, work, args.failovers)
+            if "full" not in sections:
+                sections.discard("steady")
+                labels: tuple[str, ...] = ()
+            else:
+                procs.start("redis-server", server_argv, work / "redis.log")
+                time.sleep(0.5)
+                redis = Resp(port)
+                labels = ("strings", "mixed")
+            for label in labels:
                 redis.call("FLUSHALL")
                 if label == "strings":
                     redis.call("DEBUG", "POPULATE", str(args.keys), "key", "16")
                 else:
                     populate_mixed(redis, args.keys)
                 results["full_sync"].append(full_sync(procs, cluster, redis, port, work, label))
-                if label == "mixed":
+                if label == "mixed" and "steady" in sections:
                     results["steady"] = steady_state(
                         procs, cluster, redis, port, work, rates, args.step_seconds
                     )

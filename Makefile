@@ -46,7 +46,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[spark,test]'
 	touch $@
 
-# Java for Spark (local mode), a real redis-server for the Redis tests,
+# Java for Spark (local mode), a real redis-server and redis-sentinel for the Redis tests,
 # Prometheus and promtool for the metrics tests (tests/cluster/test_prometheus.py
 # starts its own server on 127.0.0.1; the package's service, which would listen on
 # every interface at :9090, is stopped and disabled when this installs it),
@@ -58,6 +58,7 @@ $(STAMP): pyproject.toml
 system-deps:
 	@command -v java >/dev/null 2>&1 || $(APT_INSTALL) openjdk-17-jre-headless
 	@command -v redis-server >/dev/null 2>&1 || $(APT_INSTALL) redis-server
+	@command -v redis-sentinel >/dev/null 2>&1 || $(APT_INSTALL) redis-sentinel
 	@command -v promtool >/dev/null 2>&1 || { $(APT_INSTALL) prometheus && \
 		{ [ ! -d /run/systemd/system ] || $(SUDO) systemctl disable --now prometheus; }; }
 	@command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || $(APT_INSTALL) iptables

@@ -2,8 +2,8 @@
 
     python -m bench.redis [--keys 1000000] [--rates 5000,10000,20000,40000]
                           [--step-seconds 20] [--out bench/results]
-                          [--parts takeover,full-sync,steady] [--takeover-kills 10]
-                          [--lock-ttl 10]
+                          [--parts takeover,failover,full-sync,steady]
+                          [--takeover-kills 10] [--lock-ttl 10] [--failovers 2]
 
 Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
 
@@ -17,11 +17,19 @@ Starts a redis-server and a 3-node rkv cluster (``rkv up``) on loopback, then:
    larger than a second's worth of commands. Then one unpaced redis-benchmark
    burst and the rate at which the replicator drained it. Target: keeps up
    with >= 20k SET/s.
+3. catch-up time after a Sentinel failover (bench/redis_failover.py): from
+   ``SENTINEL FAILOVER`` until the replicator's checkpoint reaches the new
+   master's offset, and whether it continued (+CONTINUE) or resynced in full;
+   ``--failovers`` rounds (the section takes about 30 s with 2, the rkv
+   cluster's start included).
 
-3. takeover (bench/redis_takeover.py): two replicators on one prefix under
+4. takeover (bench/redis_takeover.py): two replicators on one prefix under
    writes, ``--takeover-kills`` times SIGKILL of the active one: seconds until
    the standby holds the lock and until it resumed and caught up, and the
    commands lost or repeated (must be 0).
+
+``--parts`` picks among full-sync (1), steady (2, which loads the mixed data
+first), failover (3) and takeover (4); all by default.
 
 ``--scenario cluster`` runs only the comparison of bench/redis_cluster.py
 instead (a short run): the SET rate kept up with replicating 3 Redis Cluster
@@ -45,12 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import Processes, interrupt_on_signals
+from bench.redis_failover import catch_up_after_failover
 from bench.redis_support import Checkpoints, Resp
 from bench.redis_takeover import render_takeover, takeover
 from bench.rkv_cluster import RkvCluster, find_rkv, start
 from bench.support import BenchError, free_ports, progress, wait_until
 
-PARTS = ("takeover", "full-sync", "steady")
+PARTS = ("takeover", "failover", "full-sync", "steady")
 FULL_SYNC_TARGET_S = 60.0
 KEEP_UP_TARGET = 20_000
 
@@ -229,9 +238,14 @@ def render(results: dict[str, Any]) -> tuple[str, str]:
                 f"{row['final_lag_bytes']:>11,} {row['kept_up']!s:>8}{extra}"
             )
         lines += [f"target: keeps up with >= {KEEP_UP_TARGET:,} SET/s", ""]
+    if results["failover"]:
+        lines += ["catch-up after a Sentinel failover", f"{'round':>6} {'seconds':>9} path"]
+        for row in results["failover"]:
+            lines.append(f"{row['round']:>6} {row['seconds']:>9.2f} {row['path']}")
+        lines.append("")
     if "takeover" in results:
         lines += render_takeover(results["takeover"])
-    table = "\n".join(lines)
+    table = "\n".join(lines).rstrip()
     html = (
         "<!doctype html><meta charset=utf-8><title>rkv redis replicator benchmark</title>"
         f"<h1>rkv redis replicator benchmark</h1><pre>{table}</pre>"
@@ -244,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--rates", default="5000,10000,20000,40000")
     parser.add_argument("--step-seconds", type=float, default=20.0)
+    parser.add_argument("--failovers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument(
         "--parts",
@@ -264,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         _cluster_scenario(args, rates)
         return
     work = Path(tempfile.mkdtemp(prefix="rkv-bench-redis-"))
-    results: dict[str, Any] = {"keys": args.keys, "full_sync": [], "steady": []}
+    results: dict[str, Any] = {"keys": args.keys, "full_sync": [], "steady": [], "failover": []}
     try:
         with Processes() as procs:
             port = free_ports(1)[0]
@@ -285,11 +300,14 @@ def main(argv: list[str] | None = None) -> None:
                     "--repl-backlog-size",
                     "256mb",
             ]  # fmt: skip
-            procs.start("redis-server", server_argv, work / "redis.log")
-            time.sleep(0.5)
-            redis = Resp(port)
             (work / "rkv").mkdir()
             cluster = start(procs, work / "rkv")
+            if "failover" in parts:
+                results["failover"] = catch_up_after_failover(procs, cluster, work, args.failovers)
+            if parts & {"takeover", "full-sync", "steady"}:
+                procs.start("redis-server", server_argv, work / "redis.log")
+                time.sleep(0.5)
+                redis = Resp(port)
             if "takeover" in parts:
                 results["takeover"] = takeover(
                     procs, cluster, port, work, args.takeover_kills, args.lock_ttl

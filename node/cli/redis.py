@@ -9,6 +9,9 @@ The master's password comes from ``--source-password-file``, else from
 ``$RKV_REDIS_PASSWORD``, else from the ``--source`` URL (which every user of
 the machine can read in ``ps``: a warning says so). A ``redis-cluster://``
 source (replication/redis/cluster/) takes its nodes' password the same way.
+With a ``redis-sentinel://`` source the URL's login is the sentinels': their
+password comes from ``--sentinel-password-file``, else
+``$RKV_REDIS_SENTINEL_PASSWORD``, else the URL (with the same warning).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from replication.redis.cluster.source import ClusterSource
     from replication.redis.cluster.supervisor import ClusterReplicator
     from replication.redis.link.master_link import MasterAddress
+    from replication.redis.sources import Source
     from replication.redis.standby import Standby
 
 T = TypeVar("T")
@@ -46,6 +50,8 @@ T = TypeVar("T")
 EXIT_STOPPED = 1  # the replicator stopped: rkv refused a write, a bound was crossed
 PASSWORD_ENV = "RKV_REDIS_PASSWORD"
 """The environment variable holding the master's password (when no file is given)."""
+SENTINEL_PASSWORD_ENV = "RKV_REDIS_SENTINEL_PASSWORD"
+"""The environment variable holding the sentinels' password (when no file is given)."""
 MIB = 1024 * 1024
 # Kept here (not imported) so that `rkv --help` need not import the replicator;
 # tests/unit checks they equal the replicator's own defaults.
@@ -95,9 +101,13 @@ def add_commands(sub: Any) -> None:
     add(
         "--source",
         default=None,
-        help="the master: redis://[user@]host:port, or a Redis Cluster: "
-        "redis-cluster://host:port[,host:port...] (a password in the URL shows in ps: "
-        f"prefer --source-password-file or ${PASSWORD_ENV}); required unless --status",
+        help="the master: redis://[user@]host:port; the master Redis Sentinel names, "
+        "followed across failovers: redis-sentinel://[user@]host:port[,host:port...]/NAME "
+        "(the user is the sentinels'); or a Redis Cluster: "
+        "redis-cluster://host:port[,host:port...]. A password in the URL shows in ps: prefer "
+        f"--source-password-file or ${PASSWORD_ENV} (the master's or the cluster nodes'), "
+        f"--sentinel-password-file or ${SENTINEL_PASSWORD_ENV} (the sentinels'). Required "
+        "unless --status",
     )
     add(
         "--status",
@@ -117,6 +127,13 @@ def add_commands(sub: Any) -> None:
         metavar="PATH",
         default=None,
         help=f"file holding the master's password (one line); else ${PASSWORD_ENV}",
+    )
+    add(
+        "--sentinel-password-file",
+        metavar="PATH",
+        default=None,
+        help="redis-sentinel:// source: file holding the sentinels' password (one line); "
+        f"else ${SENTINEL_PASSWORD_ENV}",
     )
     add("--spool-dir", default=None, help="where the stream is buffered on disk (a temp dir)")
     add("--status-interval", type=float, default=5.0, help="seconds between status lines (5)")
@@ -235,25 +252,25 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_password_file(path: str) -> str:
+def _read_password_file(path: str, flag: str = "--source-password-file") -> str:
     try:
         with open(path, "rb") as file:
             mode = os.fstat(file.fileno()).st_mode
             raw = file.read(64 * 1024 + 1)
     except OSError as exc:
-        raise ValueError(f"cannot read --source-password-file: {exc}") from None
+        raise ValueError(f"cannot read {flag}: {exc}") from None
     if len(raw) > 64 * 1024:
-        raise ValueError(f"--source-password-file {path}: more than 64 KiB, not a password")
+        raise ValueError(f"{flag} {path}: more than 64 KiB, not a password")
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        raise ValueError(f"--source-password-file {path}: not UTF-8 text") from None
+        raise ValueError(f"{flag} {path}: not UTF-8 text") from None
     password = text[:-1] if text.endswith("\n") else text
     password = password[:-1] if password.endswith("\r") else password
     if not password:
-        raise ValueError(f"--source-password-file {path} is empty")
+        raise ValueError(f"{flag} {path} is empty")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        _warn(f"--source-password-file {path} can be read by other users (chmod 600 it)")
+        _warn(f"{flag} {path} can be read by other users (chmod 600 it)")
     return password
 
 
@@ -315,11 +332,16 @@ def _build(
     from replication.redis.standby import Standby  # noqa: PLC0415
 
     cluster = None
+    master: Source
     if str(args.source).startswith(SCHEME + "://"):
+        if args.sentinel_password_file is not None:
+            raise ValueError("--sentinel-password-file is for a redis-sentinel:// --source")
         cluster = cluster_source(args.source, args.source_password_file)
         master = cluster.seeds[0]
     else:
-        master = source_address(args.source, args.source_password_file)
+        master = replication_source(
+            args.source, args.source_password_file, args.sentinel_password_file
+        )
     config = ReplicatorConfig(
         master,
         _prefix(args),
@@ -342,6 +364,40 @@ def _build(
 
         standby.build = build_cluster
     return standby
+
+
+def replication_source(
+    url: str,
+    password_file: str | None,
+    sentinel_password_file: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> Source:
+    """What ``--source`` names, with its passwords (see the module docstring).
+    ValueError for a problem (never showing a password)."""
+    from replication.redis.link.sentinel import SCHEME, SentinelSource  # noqa: PLC0415
+
+    env = os.environ if environ is None else environ
+    if not url.startswith(f"{SCHEME}:"):
+        if sentinel_password_file is not None:
+            raise ValueError(f"--sentinel-password-file is for a {SCHEME}:// --source")
+        return source_address(url, password_file, env)
+    if password_file is not None:
+        master_password: str | None = _read_password_file(password_file)
+    else:
+        master_password = env.get(PASSWORD_ENV) or None
+    if sentinel_password_file is not None:
+        given = _read_password_file(sentinel_password_file, "--sentinel-password-file")
+        return SentinelSource.parse(url, given, master_password)
+    if env.get(SENTINEL_PASSWORD_ENV):
+        return SentinelSource.parse(url, env[SENTINEL_PASSWORD_ENV], master_password)
+    source = SentinelSource.parse(url, None, master_password)
+    if source.password is not None:
+        _warn(
+            "the sentinels' password in --source can be read by every user of this machine "
+            "(ps, /proc); put it in a file (--sentinel-password-file) or in "
+            f"${SENTINEL_PASSWORD_ENV}"
+        )
+    return source
 
 
 def _replicate(args: argparse.Namespace) -> int:

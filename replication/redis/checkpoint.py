@@ -59,9 +59,16 @@ class Checkpoint:
     """Cluster shards only: the node ids of the shard's master and replicas."""
     epoch: int | None = None
     """Cluster shards only: the shard's full syncs so far (in its object ids)."""
+    sync: str | None = None
+    """How the connection that streamed this began: ``+CONTINUE`` or ``+FULLRESYNC``
+    (None: written before rkv recorded it)."""
+    master: str | None = None
+    """The master of that connection (``host:port``)."""
+    synced_ms: int | None = None
+    """When that connection began (ms since the epoch)."""
 
     def encode(self) -> bytes:
-        fields = {k: v for k, v in asdict(self).items() if v is not None or k not in _SHARD_FIELDS}
+        fields = {k: v for k, v in asdict(self).items() if v is not None or k not in _OPTIONAL}
         return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
@@ -78,7 +85,12 @@ class Checkpoint:
             slots=[[int(a), int(b)] for a, b in data["slots"]] if "slots" in data else None,
             nodes=[str(n) for n in data["nodes"]] if "nodes" in data else None,
             epoch=int(data["epoch"]) if "epoch" in data else None,
+            sync=str(data["sync"]) if "sync" in data else None,
+            master=str(data["master"]) if "master" in data else None,
+            synced_ms=int(data["synced_ms"]) if "synced_ms" in data else None,
         )
 
 
-_SHARD_FIELDS = frozenset({"slots", "nodes", "epoch"})
+_OPTIONAL = frozenset({"slots", "nodes", "epoch", "sync", "master", "synced_ms"})
+"""Fields left out of the record while None (a single master's checkpoint keeps the
+shape older versions wrote; older versions ignore the ones they do not know)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -38,6 +38,23 @@ class ReplicatorProgress:
     acknowledged_offset: int | None
     lag_bytes: int | None
     lag_seconds: float | None
+
+
+@dataclass(frozen=True)
+class LastSync:
+    """How the replicator's last connection to a master began (for a status display)."""
+
+    path: str
+    """``+CONTINUE`` (the stream resumed at the checkpoint) or ``+FULLRESYNC``."""
+    master: str
+    """The master's ``host:port``."""
+    replid: str
+    offset: int
+    """``+CONTINUE``: the offset the stream resumed after; ``+FULLRESYNC``: the snapshot's."""
+    at: float
+    """When (Unix time, seconds)."""
+    switched: bool
+    """True when this master is not the one of the connection before (a failover)."""
 
 
 # name -> help; the collector yields exactly these (docs/OBSERVABILITY.md).
@@ -114,6 +131,22 @@ class ReplicatorMetrics:
             label,
             registry=self.registry,
         )
+        self.master_switches = Counter(
+            "rkv_redis_master_switches",
+            "Connections to a master other than the previous one (a Sentinel failover), by "
+            "how the stream went on: continue (+CONTINUE) or fullresync (+FULLRESYNC).",
+            [*label, "path"],
+            registry=self.registry,
+        )
+        if not shards:
+            for path in ("continue", "fullresync"):
+                self.master_switches.labels(path)
+        self.master = Info(
+            "rkv_redis_master",
+            "The master of the last connection: its address (host:port) and replication id.",
+            label,
+            registry=self.registry,
+        )
         self.batch_commit = Histogram(
             "rkv_redis_batch_commit_duration_seconds",
             "Duration of one rkv transaction committing a batch of commands and the checkpoint.",
@@ -143,6 +176,15 @@ class ReplicatorMetrics:
             counts[name] = counts.get(name, 0) + 1
         for name, count in counts.items():
             self.commands.labels(*self._shard, name).inc(count)
+
+    def synced(self, sync: LastSync) -> None:
+        """Count a connection's start (``sync.path``) and show its master."""
+        path = "continue" if sync.path == "+CONTINUE" else "fullresync"
+        (self.partial_syncs if path == "continue" else self.full_syncs).inc()
+        if sync.switched:
+            self.master_switches.labels(*self._shard, path).inc()
+        master = self.master.labels(*self._shard) if self._shard else self.master
+        master.info({"address": sync.master, "replid": sync.replid})
 
     def watch(self, progress: Callable[[], ReplicatorProgress]) -> None:
         """Report ``progress()`` at each scrape, in place of the one watched before

@@ -9,8 +9,13 @@
    ready, when the batch is full, or every 50 ms under load, never inside
    MULTI/EXEC. ``REPLCONF ACK`` reports the last committed offset.
 4. A lost connection reconnects (with PSYNC from the checkpoint) after a
-   pause; a :class:`ReplicationStop` (a command it cannot reproduce) commits
-   what came before it and stops with the error.
+   pause (none when the master moved), to the master the source names then
+   (:mod:`.sources`: a fixed server, or the one Redis Sentinel names, whose
+   ``+switch-master`` also drops the connection at once). When the master's history lacks the
+   checkpoint (after a failover), the PSYNC may ask for an earlier point of
+   the same state (:mod:`.resume`: after the last data change, the stream is
+   often PINGs and Sentinel's hellos); a :class:`ReplicationStop` (a command it
+   cannot reproduce) commits what came before it and stops with the error.
 
 Bounds (each a setting of ``rkv redis-replicate``, see docs/REDIS.md): the
 link refuses a command larger than ``max_command_bytes`` (and the replicator a
@@ -50,16 +55,18 @@ from replication.redis.layout import Layout
 from replication.redis.link.master_link import (
     DEFAULT_MAX_COMMAND_BYTES,
     DEFAULT_MAX_SPOOL_BYTES,
-    MasterAddress,
     MasterLink,
     RedisLinkError,
     ReplicatedCommand,
     SyncResult,
 )
+from replication.redis.link.types import MasterAddress
 from replication.redis.loader import load_snapshot
-from replication.redis.metrics import ReplicatorMetrics, ReplicatorProgress
+from replication.redis.metrics import LastSync, ReplicatorMetrics, ReplicatorProgress
 from replication.redis.prefetch import prefetch
 from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
+from replication.redis.resume import ResumePoints, master_history
+from replication.redis.sources import Source, open_source
 from replication.redis.sweeper import sweep
 
 logger = logging.getLogger(__name__)
@@ -77,7 +84,7 @@ READ_AHEAD_BYTES = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ReplicatorConfig:
-    source: MasterAddress
+    source: Source
     prefix: bytes = b"redis/"
     spool_dir: Path | None = None
     status_interval: float = 5.0
@@ -99,6 +106,11 @@ class Replicator:
     ) -> None:
         self.config = config
         self.store = RkvStore(client, self._checkpoint_name(), fencing=fencing)
+        self.source = open_source(config.source)
+        self._master: MasterAddress | None = None  # of the last connection
+        self._last_sync: LastSync | None = None
+        self._moved = False  # the source said the master moved: reconnect at once
+        self._resume = ResumePoints()
         self._make_client = make_client
         self._status = status
         self._lock = threading.Lock()
@@ -122,8 +134,9 @@ class Replicator:
         return checkpoint_name(self.config.prefix)
 
     def _source(self) -> MasterAddress:
-        """The master to connect to (asked at each connection)."""
-        return self.config.source
+        """The master to connect to (asked at each connection: a Sentinel source
+        names the master it knows now)."""
+        return self.source.locate()
 
     def _load(self, sync: SyncResult, checkpoint: Checkpoint | None) -> tuple[Checkpoint, int]:
         """A full sync: load ``sync``'s RDB; the streaming checkpoint and its version."""
@@ -155,6 +168,11 @@ class Replicator:
     def checkpoint(self) -> Checkpoint | None:
         return self._checkpoint
 
+    @property
+    def last_sync(self) -> LastSync | None:
+        """How the last connection began: +CONTINUE or +FULLRESYNC, which master, when."""
+        return self._last_sync
+
     def durable_offset(self) -> int | None:
         with self._lock:
             return self._durable
@@ -180,6 +198,7 @@ class Replicator:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.source.close()
         link = self._link
         if link is not None:
             link.close()
@@ -189,6 +208,7 @@ class Replicator:
         or a RedisLinkError that reconnecting cannot cure."""
         sweeper = threading.Thread(target=self._sweep_forever, name="redis-sweeper", daemon=True)
         sweeper.start()
+        self.source.watch(self._master_moved)
         spool_root = self.config.spool_dir
         while not self.stop_event.is_set():
             with tempfile.TemporaryDirectory(
@@ -202,7 +222,7 @@ class Replicator:
                             return
                         raise
                     self.metrics.link_losses.inc()
-                    logger.warning("link to %s lost: %s; reconnecting", self.config.source, exc)
+                    logger.warning("link to %s lost: %s; reconnecting", self.source, exc)
                 except TxnTooLarge as exc:
                     # A node with a lower --max-txn-ops than learned (a new leader):
                     # smaller transactions, again from the checkpoint.
@@ -216,7 +236,19 @@ class Replicator:
                     if self._link is not None:
                         self._link.close()
                         self._link = None
-            self.stop_event.wait(RECONNECT_PAUSE)
+            self.stop_event.wait(0 if self._moved else RECONNECT_PAUSE)
+            self._moved = False
+
+    def _master_moved(self, master: MasterAddress, said_by: str) -> None:
+        """The source's watcher thread: the master moved; drop the link to the old one."""
+        link = self._link
+        if link is None or _same_server(link.address, master):
+            return
+        self._status(
+            f"redis-replicate: {said_by}: +switch-master to {master}: leaving {link.address}"
+        )
+        self._moved = True
+        link.abort(f"the master moved to {master} ({said_by})")
 
     # -- one connection -----------------------------------------------------------
 
@@ -238,8 +270,9 @@ class Replicator:
         checkpoint, self._version = self.store.read_checkpoint()
         self._checkpoint = checkpoint
         config = self.config
+        address = self._source()
         link = MasterLink(
-            self._source(),
+            address,
             spool,
             self.durable_offset,
             max_spool_bytes=config.max_spool_bytes,
@@ -249,25 +282,46 @@ class Replicator:
         with self._lock:
             self._durable = None
         if checkpoint is not None and checkpoint.state == "streaming":
+            earlier = self._resume.choose(
+                checkpoint.replid, checkpoint.offset, lambda: master_history(address)
+            )
+            if earlier is not None:
+                logger.info(
+                    "resuming after offset %d, not %d: same state", earlier[0], checkpoint.offset
+                )
+                checkpoint.offset, checkpoint.db = earlier
             sync = link.start(checkpoint.replid, checkpoint.offset + 1)
         else:
             sync = link.start()
         self._link_up = True
+        previous, self._master = self._master, address
+        switched = previous is not None and not _same_server(previous, address)
+        self._last_sync = LastSync(
+            "+FULLRESYNC" if sync.full else "+CONTINUE",
+            f"{address.host}:{address.port}",
+            sync.replid,
+            sync.offset,
+            time.time(),
+            switched,
+        )
+        self.metrics.synced(self._last_sync)
+        moved = f" (the master moved: was {previous})" if switched else ""
         if sync.full:
-            self.metrics.full_syncs.inc()
             self._full_sync_running = True
+            asked = ""
+            if checkpoint is not None and checkpoint.state == "streaming":
+                asked = f" (PSYNC asked to continue after offset {checkpoint.offset})"
             self._status(
-                f"redis-replicate: full resync (+FULLRESYNC) from {link.address} "
-                f"at offset {sync.offset}"
+                f"redis-replicate: full resync (+FULLRESYNC) from {address} "
+                f"at offset {sync.offset}{asked}{moved}"
             )
             checkpoint, self._version = self._load(sync, checkpoint)
             self._full_sync_running = False
         else:
-            self.metrics.partial_syncs.inc()
             assert checkpoint is not None
             self._status(
-                f"redis-replicate: partial resync (+CONTINUE) from {link.address} "
-                f"after offset {sync.offset}"
+                f"redis-replicate: partial resync (+CONTINUE) from {address} "
+                f"after offset {sync.offset}{moved}"
             )
             if sync.replid != checkpoint.replid:
                 checkpoint.replid = sync.replid
@@ -284,6 +338,7 @@ class Replicator:
         committed = checkpoint
         last = checkpoint.offset
         self._caught_up_at = time.monotonic()  # a full sync just ended, or a reconnect
+        self._resume.start(checkpoint.offset, checkpoint.db)
         first_pending: float | None = None
         in_multi = False
         safe_offset, safe_db = last, context.db
@@ -332,6 +387,7 @@ class Replicator:
                         f"checkpoint stays at {safe_offset}: fix the cause and restart)"
                     ) from stop
                 last = command.end_offset
+                self._resume.note(command, in_multi, context.db)
                 if first_pending is None:
                     first_pending = now
             due = first_pending is not None and (
@@ -427,9 +483,14 @@ class Replicator:
             master_offset=link.received_offset,
             updated_ms=int(time.time() * 1000),
         )
+        last = self._last_sync
+        if last is not None:  # for `--status`: how this connection began
+            checkpoint.sync, checkpoint.master = last.path, last.master
+            checkpoint.synced_ms = int(last.at * 1000)
         with self.metrics.batch_commit.time():
             self._version = view.commit(checkpoint, self._version)
         self._checkpoint = checkpoint
+        self._resume.committed(checkpoint.replid, offset)
         with self._lock:
             self._durable = offset
         return checkpoint
@@ -463,3 +524,7 @@ class Replicator:
                     logger.exception("sweeping garbage failed; trying again later")
         finally:
             client.close()
+
+
+def _same_server(a: MasterAddress, b: MasterAddress) -> bool:
+    return (a.host, a.port) == (b.host, b.port)

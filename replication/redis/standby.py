@@ -294,6 +294,11 @@ def status_lines(
         f"checkpoint:  {checkpoint.state}, generation {checkpoint.generation}, replid "
         f"{checkpoint.replid}, offset {checkpoint.offset}, db {checkpoint.db}"
     )
+    if checkpoint.sync is not None and checkpoint.synced_ms is not None:
+        lines.append(
+            f"last sync:   {checkpoint.sync} from {checkpoint.master} at "
+            f"{_clock(checkpoint.synced_ms)}"
+        )
     if checkpoint.updated_ms:
         lag = max(0, checkpoint.master_offset - checkpoint.offset)
         lines.append(

@@ -55,18 +55,24 @@ class RedisServer(NamedTuple):
 
 def redis_server_binary() -> str:
     """The redis-server to run; fails the test when there is none."""
-    candidate = os.environ.get("RKV_REDIS_SERVER") or shutil.which("redis-server")
-    candidate = candidate or "/usr/bin/redis-server"
+    return debian_binary("redis-server", "RKV_REDIS_SERVER")
+
+
+def debian_binary(name: str, variable: str) -> str:
+    """``$variable``, else ``name`` on the PATH, else /usr/bin/``name`` (the Debian
+    package of that name); fails the test when there is none (the test set-up
+    installs it: a missing binary is a broken set-up, not a reason to skip)."""
+    candidate = os.environ.get(variable) or shutil.which(name) or f"/usr/bin/{name}"
     if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
         pytest.fail(
-            f"redis-server not found (looked at $RKV_REDIS_SERVER, the PATH and {candidate}): "
-            "install the Debian package redis-server (apt-get install redis-server)",
+            f"{name} not found (looked at ${variable}, the PATH and {candidate}): "
+            f"install the Debian package {name} (apt-get install {name})",
             pytrace=False,
         )
     return candidate
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -104,7 +110,7 @@ def run_redis_server(directory: Path, *extra_args: str) -> Iterator[RedisServer]
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "redis.log"
     for _attempt in range(3):  # a free port may be taken before the server binds it
-        port = _free_port()
+        port = free_port()
         command = [
             binary,
             "--bind", "127.0.0.1",

@@ -242,3 +242,17 @@ def assert_same(cluster: LocalCluster, server: RedisServer, replicator: Replicat
     problems = compare_dumps(dumped, expected, slack_ms)
     assert not problems, "\n".join(problems[:20]) + "\n" + replicator.output()[-2000:]
     assert expected  # the comparison compared something
+
+
+def replicate_status(cluster: LocalCluster, prefix: str = "redis/") -> str:
+    """What `rkv redis-replicate --status` prints about ``prefix``."""
+    urls = ",".join(n.url for n in cluster.nodes)
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", "redis-replicate", "--status", "--url", urls,
+         "--prefix", prefix],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout.decode()

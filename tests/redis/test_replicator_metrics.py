@@ -84,7 +84,9 @@ def test_the_replicators_metrics_follow_what_it_does(
             # Only command names, never a key or a value, in the labels.
             commands = {v for (_, pairs) in samples for (k, v) in pairs if k == "command"}
             assert {"set", "hset"} <= commands <= KNOWN_COMMANDS | {"other"}
-            assert {k for (_, pairs) in samples for (k, _) in pairs} <= {"command", "le"}
+            # The other labels: a switch's path, the master's address and replication id.
+            labels = {k for (_, pairs) in samples for (k, _) in pairs}
+            assert labels <= {"command", "le", "path", "address", "replid"}
 
             body = http("GET", url, headers={}).body
             checked = promtool("check", "metrics", stdin=body)

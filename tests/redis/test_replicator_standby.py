@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +18,13 @@ from replication.redis.batch import RkvStore
 from replication.redis.checkpoint import checkpoint_name
 from replication.redis.standby import lock_name
 from tests.redis.conftest import RedisServer
-from tests.redis.replica_support import Replicator, assert_same, checkpoint, wait_caught_up
+from tests.redis.replica_support import (
+    Replicator,
+    assert_same,
+    checkpoint,
+    replicate_status,
+    wait_caught_up,
+)
 from tests.redis.resp_client import RespClient
 from tests.redis.workload import populate, send_all
 from tests.support.cluster import LocalCluster, wait_until
@@ -95,18 +99,6 @@ def _output(replicator: Replicator) -> str:
     return replicator.output() if replicator.log.exists() else ""
 
 
-def _status(cluster: LocalCluster) -> str:
-    urls = ",".join(n.url for n in cluster.nodes)
-    done = subprocess.run(
-        [sys.executable, "-m", "node.cli", "redis-replicate", "--status", "--url", urls],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode(errors="replace")
-    return done.stdout.decode()
-
-
 def _start_active_then_standby(
     cluster: LocalCluster, server: RedisServer, pair: list[Replicator]
 ) -> None:
@@ -132,7 +124,7 @@ def test_kill_minus_nine_of_the_active_one_the_standby_continues_without_a_resyn
     try:
         _start_active_then_standby(cluster, redis_server, pair)
         first = pair[0]
-        status = _status(cluster)
+        status = replicate_status(cluster)
         assert f"pid {first.process.pid if first.process else -1}" in status, status
         assert "since:" in status and "streaming" in status, status
 
@@ -148,7 +140,7 @@ def test_kill_minus_nine_of_the_active_one_the_standby_continues_without_a_resyn
         assert pair[0].output().count("full sync done") == 1, outputs
         assert "full resync" not in second.output(), outputs
         assert "partial resync (+CONTINUE)" in second.output(), outputs
-        status = _status(cluster)
+        status = replicate_status(cluster)
         assert f"pid {second.process.pid if second.process else -1}" in status, status
     finally:
         for replicator in pair:

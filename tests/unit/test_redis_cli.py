@@ -104,10 +104,13 @@ def test_the_status_names_the_holder_since_when_and_the_checkpoint() -> None:
         "redis-replicate:redis", 7, 42, '{"host":"h1","pid":9,"source":"redis://m:6379"}', 1000
     )
     checkpoint = Checkpoint("abc", 100, 0, 2, "streaming", master_offset=150, updated_ms=2000)
+    checkpoint.sync, checkpoint.master, checkpoint.synced_ms = "+CONTINUE", "m2:6379", 1500
     text = "\n".join(status_lines(b"redis/", "redis-replicate:redis", holder, checkpoint))
     assert "h1 pid 9 (token 42, replicating redis://m:6379)" in text
     assert "1970-01-01T00:00:01Z" in text
     assert "streaming, generation 2, replid abc, offset 100" in text
     assert "50 bytes behind" in text
+    assert "last sync:   +CONTINUE from m2:6379 at 1970-01-01T00:00:01Z" in text
+    assert Checkpoint.decode(checkpoint.encode()) == checkpoint
     idle = "\n".join(status_lines(b"redis/", "redis-replicate:redis", None, None))
     assert "holder:      none" in idle and "checkpoint:  none" in idle

@@ -9,11 +9,11 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from replication.redis.metrics import ReplicatorMetrics, ReplicatorProgress
+from replication.redis.metrics import LastSync, ReplicatorMetrics, ReplicatorProgress
 from tests.unit.test_metrics import REPLICATOR_HEADING
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "OBSERVABILITY.md"
-_SUFFIX = {"counter": "_total"}
+_SUFFIX = {"counter": "_total", "info": "_info"}
 
 
 def documented() -> set[str]:
@@ -101,3 +101,18 @@ def test_a_clusters_metrics_carry_each_shards_label_in_one_registry() -> None:
     assert samples[("rkv_redis_lag_bytes", b)] == 7
     assert ("rkv_redis_received_offset", b) not in samples  # unknown: not reported
     assert samples[("rkv_redis_received_offset", a)] == 1500
+
+
+def test_a_sync_counts_its_path_and_a_switch_of_master_shows() -> None:
+    metrics = ReplicatorMetrics()
+    first = LastSync("+FULLRESYNC", "10.0.0.1:6379", "a" * 40, 100, 0.0, switched=False)
+    metrics.synced(first)
+    moved = LastSync("+CONTINUE", "10.0.0.2:6380", "b" * 40, 900, 1.0, switched=True)
+    metrics.synced(moved)
+    samples = scrape(metrics)
+    assert samples[("rkv_redis_full_syncs_total", ())] == 1
+    assert samples[("rkv_redis_partial_syncs_total", ())] == 1
+    assert samples[("rkv_redis_master_switches_total", (("path", "continue"),))] == 1
+    assert samples[("rkv_redis_master_switches_total", (("path", "fullresync"),))] == 0
+    info = (("address", "10.0.0.2:6380"), ("replid", "b" * 40))
+    assert samples[("rkv_redis_master_info", info)] == 1

@@ -75,7 +75,7 @@ class ShardReplicator(Replicator):
         self.members = set(members | shard.nodes)
         self.generation = generation
         self._cluster = cluster
-        self._master = shard.master
+        self._shard_master = shard.master
         super().__init__(
             replace(config, source=shard.master),
             client,
@@ -99,12 +99,12 @@ class ShardReplicator(Replicator):
 
     def _source(self) -> MasterAddress:
         try:
-            topology = discover(self._cluster, [self._master])
+            topology = discover(self._cluster, [self._shard_master])
         except RedisLinkError as exc:
             if not exc.retryable:
                 raise
             logger.warning("%s: %s; trying the last master known", self.describe(), exc)
-            return self._master
+            return self._shard_master
         found = [shard for shard in topology.shards if shard.nodes & self.members]
         if len(found) != 1:
             moved = self.slots - frozenset().union(*(s.slots for s in found))
@@ -133,13 +133,13 @@ class ShardReplicator(Replicator):
                 migrating,
                 "are migrating (its master has them MIGRATING or IMPORTING)",
             )
-        if shard.master != self._master:
+        if shard.master != self._shard_master:
             self._status(
                 f"redis-replicate: the shard's master is now {shard.master.host}:"
                 f"{shard.master.port} (a failover); resuming from the checkpoint"
             )
         self.members |= shard.nodes
-        self._master = shard.master
+        self._shard_master = shard.master
         return shard.master
 
     def _load(self, sync: SyncResult, checkpoint: Checkpoint | None) -> tuple[Checkpoint, int]:

@@ -11,7 +11,9 @@ GETACK) from interleaving their bytes.
    means the credentials are wrong (not retryable);
 2. ``PING``; ``-NOAUTH`` means the master wants a password we do not have;
 3. ``REPLCONF listening-port <port>``: informational for the master (shown
-   in ``INFO replication``); an ``-ERR`` is only logged, as Redis does;
+   in ``INFO replication``, where Sentinel reads it); the link announces 0, an
+   address Sentinel cannot connect to, so it never counts as a replica it
+   could promote; an ``-ERR`` is only logged, as Redis does;
 4. ``REPLCONF capa eof capa psync2``: we accept the diskless ``$EOF:`` payload
    form and a ``+CONTINUE`` that switches to a new replication id;
 5. ``PSYNC <replid> <next offset>`` or ``PSYNC ? -1``: the master may send

@@ -139,6 +139,11 @@ class MasterLink:
     ``progress`` is called from the reader thread as the payload arrives
     (the total is None in the diskless form).
 
+    ``listening_port`` is the port announced with ``REPLCONF listening-port``:
+    0 by default, an address nobody can connect to, so that Redis Sentinel,
+    which learns the replicas from the master's ``INFO``, lists the link as
+    a replica that is down and never promotes it (docs/REDIS.md).
+
     Bounds on what the master sends (a master, or anyone in between, may send
     anything): a command of the stream larger than ``max_command_bytes`` (see
     :mod:`.framing`) fails the link with :class:`LimitExceeded`, before any of
@@ -154,7 +159,7 @@ class MasterLink:
         spool_dir: str | os.PathLike[str],
         durable_offset: Callable[[], int | None],
         *,
-        listening_port: int | None = None,
+        listening_port: int = 0,
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
         ack_interval: float = 1.0,
@@ -252,9 +257,8 @@ class MasterLink:
             self._state = "failed"
             raise
         self._conn = conn
-        port = conn.local_port if self._listening_port is None else self._listening_port
         try:
-            reply = handshake(conn, self.address, replid, next_offset, port)
+            reply = handshake(conn, self.address, replid, next_offset, self._listening_port)
         except Exception as exc:
             self._state = "failed"
             conn.close()
@@ -318,6 +322,11 @@ class MasterLink:
             self._send_ack()
         except Exception as exc:
             self._fail(self._translate(exc, "sending REPLCONF ACK"))
+
+    def abort(self, reason: str) -> None:
+        """Drop the connection as if it were lost (retryable): the commands
+        received before are still delivered, then :class:`RedisLinkError`."""
+        self._fail(RedisLinkError(reason, retryable=True))
 
     def close(self) -> None:
         """Stop the threads, close the socket and delete the spooled data."""

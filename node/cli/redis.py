@@ -237,16 +237,15 @@ def _dump(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from http_api.client import RkvClient  # noqa: PLC0415
-    from replication.redis.batch import RkvStore  # noqa: PLC0415
-    from replication.redis.checkpoint import checkpoint_name  # noqa: PLC0415
-    from replication.redis.standby import lock_name, status_lines  # noqa: PLC0415
+    from replication.redis.standby import lock_name  # noqa: PLC0415
+    from replication.redis.status import read_checkpoints, status_lines  # noqa: PLC0415
 
     prefix = _prefix(args)
     name = lock_name(prefix)
     with RkvClient(_urls(args), credentials=credentials_from(args)) as client:
         leader = client.leader(name)
-        checkpoint, _version = RkvStore(client, checkpoint_name(prefix)).read_checkpoint()
-    for line in status_lines(prefix, name, leader, checkpoint):
+        checkpoints = read_checkpoints(client, prefix)
+    for line in status_lines(prefix, name, leader, checkpoints):
         print(line)
     sys.stdout.flush()
     return EXIT_OK

@@ -1,10 +1,14 @@
 """`rkv role add | delete | grant | revoke | list | get`: roles and their permissions
 (admin once auth is on).
 
-``grant NAME (--exact KEY | --prefix P | --checkpoint C) --permission
-read|write|readwrite``, or ``grant NAME --permission admin`` (no target);
-granting on a target the role has replaces its permission there. ``revoke NAME
-(--exact KEY | --prefix P | --checkpoint C | --admin)``. (One key is ``--exact``:
+``grant NAME (--exact KEY | --prefix P | --checkpoint C | --lock NAME |
+--lock-prefix P) --permission read|write|readwrite``, or ``grant NAME
+--permission admin`` (no target); granting on a target the role has replaces its
+permission there. ``revoke NAME`` takes the same targets or ``--admin``.
+``--lock NAME`` is the lock's internal key ``\x00rkv/locks/NAME`` (which a
+command line cannot type), ``--lock-prefix P`` the internal prefix of every lock
+under P (docs/LEASES.md, Permissions), ``--checkpoint-prefix C`` that of every
+checkpoint whose name starts with C. (One key is ``--exact``:
 ``--key`` is every command's client-certificate key file.) Keys and prefixes are the
 bytes typed; listed ones that are not printable text show as ``base64:...``.
 A permission prints as ``PERMISSION<TAB>key|prefix|checkpoint<TAB>TARGET``.
@@ -21,6 +25,8 @@ from http_api.client.auth_model import PERMISSIONS
 from http_api.client.credentials import Credentials
 from node.cli.common import shown_bytes
 from node.cli.management import UsageError, command_group, run_call
+from node.keyspace import CHECKPOINTS_PREFIX
+from node.state.leases import LOCKS_PREFIX
 
 
 def add_commands(sub: Any) -> None:
@@ -61,12 +67,45 @@ def _targets(parser: argparse.ArgumentParser, *, admin: bool) -> None:
     group.add_argument(
         "--checkpoint", metavar="C", help="a replicator's checkpoint (the Redis one: redis:PREFIX)"
     )
+    group.add_argument(
+        "--checkpoint-prefix",
+        metavar="C",
+        help="every checkpoint whose name starts with C (a Redis Cluster's shards: redis:PREFIX@)",
+    )
+    group.add_argument(
+        "--lock",
+        metavar="NAME",
+        help="a lock or election (its internal key \\x00rkv/locks/NAME; the Redis "
+        "replicator's: redis-replicate:PREFIX without its last /)",
+    )
+    group.add_argument(
+        "--lock-prefix",
+        metavar="P",
+        help="every lock or election whose name starts with P",
+    )
     if admin:
         group.add_argument("--admin", action="store_true", help="the admin permission")
 
 
 def _bytes(text: str | None) -> bytes | None:
     return None if text is None else os.fsencode(text)
+
+
+def _key(args: argparse.Namespace) -> bytes | None:
+    """``--exact KEY``, or ``--lock NAME``'s internal key."""
+    if args.lock is not None:
+        return LOCKS_PREFIX + os.fsencode(args.lock)
+    return _bytes(args.exact_key)
+
+
+def _prefix(args: argparse.Namespace) -> bytes | None:
+    """``--prefix P``, or the internal prefix of ``--lock-prefix P`` or
+    ``--checkpoint-prefix C``."""
+    if args.lock_prefix is not None:
+        return LOCKS_PREFIX + os.fsencode(args.lock_prefix)
+    if args.checkpoint_prefix is not None:
+        return CHECKPOINTS_PREFIX + os.fsencode(args.checkpoint_prefix)
+    return _bytes(args.prefix)
 
 
 def _permission_json(permission: Permission) -> dict[str, Any]:
@@ -121,19 +160,19 @@ def run(args: argparse.Namespace) -> int:
     if action == "grant":
 
         def grant(client: RkvClient, _: Credentials) -> dict[str, Any]:
-            if args.permission == "admin" and (args.exact_key or args.prefix or args.checkpoint):
-                raise UsageError("--permission admin takes no --exact, --prefix or --checkpoint")
-            if args.permission != "admin" and not (
-                args.exact_key or args.prefix or args.checkpoint
-            ):
+            targets = (_key(args), _prefix(args), args.checkpoint)
+            if args.permission == "admin" and any(targets):
+                raise UsageError("--permission admin takes no target (--exact, --prefix...)")
+            if args.permission != "admin" and not any(targets):
                 raise UsageError(
-                    f"--permission {args.permission} needs --exact, --prefix or --checkpoint"
+                    f"--permission {args.permission} needs --exact, --prefix, --checkpoint, "
+                    "--lock or --lock-prefix"
                 )
             revision = client.role_grant(
                 args.name,
                 permission=args.permission,
-                key=_bytes(args.exact_key),
-                prefix=_bytes(args.prefix),
+                key=_key(args),
+                prefix=_prefix(args),
                 checkpoint=args.checkpoint,
             )
             return {"revision": revision}
@@ -144,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
         def revoke(client: RkvClient, _: Credentials) -> dict[str, Any]:
             revision = client.role_revoke(
                 args.name,
-                key=_bytes(args.exact_key),
-                prefix=_bytes(args.prefix),
+                key=_key(args),
+                prefix=_prefix(args),
                 checkpoint=args.checkpoint,
                 admin=args.admin,
             )

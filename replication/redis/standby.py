@@ -29,8 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from http_api.client import Election, Fencing, LockHolder, RkvClient
 from http_api.client.errors import (
@@ -39,9 +38,9 @@ from http_api.client.errors import (
     LockLost,
     UnavailableError,
 )
-from replication.redis.checkpoint import Checkpoint
 from replication.redis.metrics import ReplicatorMetrics
 from replication.redis.replicator import Replicator, ReplicatorConfig
+from replication.redis.status import Holder, clock
 
 logger = logging.getLogger(__name__)
 
@@ -70,37 +69,6 @@ class Replicating(Protocol):
 
 class StopRequested(Exception):
     """Raised by a signal handler to end a standby's wait in the campaign."""
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who leads a prefix's election, as ``--status`` shows it."""
-
-    token: int
-    since_ms: int
-    host: str
-    pid: int | None
-    source: str
-
-    @classmethod
-    def of(cls, holder: LockHolder) -> Holder:
-        try:
-            value: Any = json.loads(holder.value)
-        except ValueError:
-            value = {}
-        value = value if isinstance(value, dict) else {}
-        pid = value.get("pid")
-        return cls(
-            token=holder.token,
-            since_ms=holder.since_ms,
-            host=str(value.get("host", "?")),
-            pid=pid if isinstance(pid, int) else None,
-            source=str(value.get("source", "?")),
-        )
-
-    def describe(self) -> str:
-        pid = "" if self.pid is None else f" pid {self.pid}"
-        return f"{self.host}{pid} (token {self.token}, replicating {self.source})"
 
 
 def candidate_value(config: ReplicatorConfig) -> str:
@@ -203,7 +171,7 @@ class Standby:
             holder = Holder.of(current)
             self._status(
                 f"redis-replicate: standing by: {self.name} is held by {holder.describe()} "
-                f"since {_clock(holder.since_ms)}"
+                f"since {clock(holder.since_ms)}"
             )
         self._campaigning = True
         try:
@@ -273,43 +241,3 @@ class Standby:
                 )
                 replicator.stop()
                 return
-
-
-def status_lines(
-    prefix: bytes, name: str, leader: LockHolder | None, checkpoint: Checkpoint | None
-) -> list[str]:
-    """``rkv redis-replicate --status``: who replicates ``prefix``, since when, and
-    where its checkpoint stands."""
-    lines = [f"prefix:      {prefix.decode()}", f"lock:        {name}"]
-    if leader is None:
-        lines.append("holder:      none (no replicator is running for this prefix)")
-    else:
-        holder = Holder.of(leader)
-        lines.append(f"holder:      {holder.describe()}")
-        lines.append(f"since:       {_clock(holder.since_ms)}")
-    if checkpoint is None:
-        lines.append("checkpoint:  none (nothing replicated yet)")
-        return lines
-    lines.append(
-        f"checkpoint:  {checkpoint.state}, generation {checkpoint.generation}, replid "
-        f"{checkpoint.replid}, offset {checkpoint.offset}, db {checkpoint.db}"
-    )
-    if checkpoint.sync is not None and checkpoint.synced_ms is not None:
-        lines.append(
-            f"last sync:   {checkpoint.sync} from {checkpoint.master} at "
-            f"{_clock(checkpoint.synced_ms)}"
-        )
-    if checkpoint.updated_ms:
-        lag = max(0, checkpoint.master_offset - checkpoint.offset)
-        lines.append(
-            f"committed:   {_clock(checkpoint.updated_ms)}, {lag} bytes behind what had "
-            "been received then"
-        )
-    return lines
-
-
-def _clock(since_ms: int) -> str:
-    if since_ms <= 0:
-        return "an unknown time"
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since_ms / 1000))
-    return f"{when} ({max(0.0, time.time() - since_ms / 1000):.0f} s ago)"

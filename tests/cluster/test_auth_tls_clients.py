@@ -261,8 +261,9 @@ def test_the_redis_replicator_into_its_prefix_with_its_checkpoint(
     ok(secured.cli("role", "add", "redis-repl", user="root"))
     grant(secured, "redis-repl", "--prefix", "cache/", permission="readwrite")
     grant(secured, "redis-repl", "--checkpoint", "redis:cache/", permission="readwrite")
+    grant(secured, "redis-repl", "--lock", "redis-replicate:cache", permission="readwrite")
     add_user(secured, "replicator", "redis-repl")
-    add_user(secured, "half")  # the prefix but not the checkpoint
+    add_user(secured, "half")  # the prefix, then its lock, never the checkpoint
     ok(secured.cli("role", "add", "prefix-only", user="root"))
     grant(secured, "prefix-only", "--prefix", "cache/", permission="readwrite")
     ok(secured.cli("user", "grant-role", "half", "prefix-only", user="root"))
@@ -284,15 +285,24 @@ def test_the_redis_replicator_into_its_prefix_with_its_checkpoint(
             running.start()
             return running
 
-        refused = replicator("half", "half.log")
-        try:
-            code = refused.wait(60)
-        finally:
-            refused.stop()
-        assert code != 0
-        output = refused.output()
+        def refused(log: str) -> str:
+            running = replicator("half", log)
+            try:
+                code = running.wait(60)
+            finally:
+                running.stop()
+            assert code != 0
+            output = running.output()
+            assert "Traceback" not in output
+            return output
+
+        # The prefix's lock (every replicator of it campaigns: docs/REDIS.md), then
+        # the checkpoint.
+        output = refused("half-1.log")
+        assert "half needs read on key '\\x00rkv/locks/redis-replicate:cache'" in output, output
+        grant(secured, "prefix-only", "--lock", "redis-replicate:cache", permission="readwrite")
+        output = refused("half-2.log")
         assert "half needs" in output and "checkpoint" in output, output[-2000:]
-        assert "Traceback" not in output
 
         running = replicator("replicator", "replicator.log")
         try:

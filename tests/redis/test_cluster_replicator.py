@@ -26,7 +26,7 @@ from tests.redis.cluster_support import (
     workload,
 )
 from tests.redis.conftest import RedisServer
-from tests.redis.replica_support import Replicator, rkv_dump
+from tests.redis.replica_support import Replicator, replicate_status, rkv_dump
 from tests.support.cluster import LocalCluster, free_ports, http, wait_until
 
 
@@ -68,6 +68,8 @@ def test_three_masters_replicate_into_one_layout_and_follow_failovers(
             tag = next(s["master_id"] for s in shards if key_slot(key) in s["slots"])[:12]
             assert json.loads(raw.split(b"\n")[0])["o"].startswith(f"{tag}.1.")
         assert "[shard " in replicator.output()
+        status = replicate_status(cluster)  # one checkpoint per shard, labelled
+        assert status.count("shard:       ") == 3 and status.count("streaming") == 3, status
 
         # a failover on request: the replica takes over; the shard's link follows it
         first = shards[0]

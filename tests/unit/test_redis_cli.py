@@ -15,7 +15,8 @@ from node.cli import redis as redis_cli
 from replication.redis.checkpoint import Checkpoint
 from replication.redis.link.master_link import DEFAULT_MAX_COMMAND_BYTES, DEFAULT_MAX_SPOOL_BYTES
 from replication.redis.rdb import DEFAULT_MAX_VALUE_BYTES
-from replication.redis.standby import DEFAULT_LOCK_TTL, lock_name, status_lines
+from replication.redis.standby import DEFAULT_LOCK_TTL, lock_name
+from replication.redis.status import status_lines
 
 URL = "redis://127.0.0.1:6379"
 
@@ -105,12 +106,18 @@ def test_the_status_names_the_holder_since_when_and_the_checkpoint() -> None:
     )
     checkpoint = Checkpoint("abc", 100, 0, 2, "streaming", master_offset=150, updated_ms=2000)
     checkpoint.sync, checkpoint.master, checkpoint.synced_ms = "+CONTINUE", "m2:6379", 1500
-    text = "\n".join(status_lines(b"redis/", "redis-replicate:redis", holder, checkpoint))
+    text = "\n".join(status_lines(b"redis/", "redis-replicate:redis", holder, [(None, checkpoint)]))
     assert "h1 pid 9 (token 42, replicating redis://m:6379)" in text
     assert "1970-01-01T00:00:01Z" in text
     assert "streaming, generation 2, replid abc, offset 100" in text
     assert "50 bytes behind" in text
     assert "last sync:   +CONTINUE from m2:6379 at 1970-01-01T00:00:01Z" in text
     assert Checkpoint.decode(checkpoint.encode()) == checkpoint
-    idle = "\n".join(status_lines(b"redis/", "redis-replicate:redis", None, None))
+    idle = "\n".join(status_lines(b"redis/", "redis-replicate:redis", None, [(None, None)]))
     assert "holder:      none" in idle and "checkpoint:  none" in idle
+    shards = "\n".join(
+        status_lines(
+            b"redis/", "redis-replicate:redis", holder, [("83a632e652af slots 0-5460", checkpoint)]
+        )
+    )
+    assert "shard:       83a632e652af slots 0-5460\n  checkpoint:  streaming" in shards
